@@ -1,0 +1,117 @@
+"""The one backbone protocol: ``Backbone.embed`` maps pixel-space images to pooled pre-logit features.
+
+Every image tensor in RepBench is float (N, 3, H, W) in [0, 1] pixel space; normalization lives inside the adapter
+(DESIGN.md, "One image convention"), so attacks, perturbations and synthetic data all work in pixel space.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+from torch import Tensor, nn
+
+__all__ = ["Backbone", "check_images"]
+
+
+def check_images(x: object, *, name: str = "images", value_range: tuple[float, float] | None = None) -> Tensor:
+    """Validate an image batch: a floating (N, 3, H, W) tensor, finite, optionally inside ``value_range``.
+
+    Raises ``TypeError``/``ValueError`` naming the problem and the fix.
+    """
+    if not isinstance(x, Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor of shape (N, 3, H, W), got {type(x).__name__}")
+    if not x.is_floating_point():
+        raise TypeError(
+            f"{name} must be a float tensor in [0, 1] pixel space, got dtype {x.dtype}; "
+            "convert uint8 images with x.float() / 255"
+        )
+    if x.dim() != 4 or x.shape[1] != 3:
+        raise ValueError(
+            f"{name} must have shape (N, 3, H, W), got {tuple(x.shape)}; "
+            "add a batch dimension with x[None] and expand grayscale with x.expand(-1, 3, -1, -1)"
+        )
+    if value_range is not None and x.numel() > 0:
+        lo, hi = float(x.min()), float(x.max())
+        tol = 1e-4
+        if not (lo >= value_range[0] - tol and hi <= value_range[1] + tol):
+            raise ValueError(
+                f"{name} must lie in [{value_range[0]}, {value_range[1]}] pixel space, got values in [{lo:.3g}, {hi:.3g}]; "
+                "do not normalize images yourself (the backbone adapter applies its own mean/std), "
+                "and divide uint8 images by 255"
+            )
+    return x
+
+
+class Backbone(nn.Module):
+    """A frozen-or-trainable image encoder with a uniform interface.
+
+    Attributes:
+        name: registry name, e.g. ``"embedded:efficientnet_lite0"``.
+        embed_dim: size D of the embedding returned by :meth:`embed`.
+        input_size: (3, H, W) the network was trained at.
+        mean, std: per-channel normalization applied inside :meth:`embed` (pixel space in, normalized inside).
+        interpolation, crop_pct: the evaluation preprocessing of the pretrained weights (resize, center crop).
+    Subclasses implement :meth:`forward_normalized`, mapping normalized images to (N, embed_dim).
+    """
+
+    def __init__(
+        self,
+        name: str,
+        embed_dim: int,
+        input_size: Sequence[int],
+        mean: Sequence[float],
+        std: Sequence[float],
+        interpolation: str = "bicubic",
+        crop_pct: float = 0.875,
+    ) -> None:
+        super().__init__()
+        self.name = name
+        self.embed_dim = int(embed_dim)
+        self.input_size = tuple(int(v) for v in input_size)
+        self.mean = tuple(float(v) for v in mean)
+        self.std = tuple(float(v) for v in std)
+        self.interpolation = interpolation
+        self.crop_pct = float(crop_pct)
+        self.register_buffer("_mean", torch.tensor(self.mean).view(1, 3, 1, 1), persistent=False)
+        self.register_buffer("_std", torch.tensor(self.std).view(1, 3, 1, 1), persistent=False)
+
+    def normalize(self, x: Tensor) -> Tensor:
+        """(x − mean) / std, channel-wise."""
+        return (x - self._mean.to(x.dtype)) / self._std.to(x.dtype)
+
+    def forward_normalized(self, x: Tensor) -> Tensor:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def embed(self, x: Tensor) -> Tensor:
+        """Pixel-space images (N, 3, H, W) float -> embeddings (N, embed_dim).
+
+        Values outside [0, 1] are allowed (synthetic Gaussian data leaves that range on purpose).
+        """
+        check_images(x)
+        return self.forward_normalized(self.normalize(x))
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.embed(x)
+
+    def classify(self, x: Tensor) -> Tensor:
+        """Logits of the pretrained classification head, where the backbone has one."""
+        raise NotImplementedError(f"backbone {self.name!r} has no classification head")
+
+    def eval_transform(self, image_size: int | None = None):
+        """torchvision transform: PIL/uint8 image -> float [0, 1] tensor, resized and center-cropped as in
+        pretraining (resize to size / crop_pct, center crop to size). No normalization (it is inside ``embed``)."""
+        from torchvision.transforms import v2
+
+        size = int(image_size or self.input_size[-1])
+        interp = getattr(v2.InterpolationMode, self.interpolation.upper(), v2.InterpolationMode.BICUBIC)
+        return v2.Compose(
+            [
+                v2.ToImage(),
+                v2.Resize(int(round(size / self.crop_pct)), interpolation=interp, antialias=True),
+                v2.CenterCrop(size),
+                v2.ToDtype(torch.float32, scale=True),
+            ]
+        )
+
+    def extra_repr(self) -> str:
+        return f"name={self.name!r}, embed_dim={self.embed_dim}, input_size={self.input_size}"
