@@ -100,7 +100,7 @@ class RobustLinearProbe(L.LightningModule):
         self.backbone.requires_grad_(False).eval()
         self.head = nn.Linear(self.backbone.embed_dim, int(num_classes))
         self.attack_cfg = {"norm": "l2", "steps": 10, "step_size": None, "random_start": True, **(attack or {})}
-        self.eval_attack_cfg = {**self.attack_cfg, **(eval_attack or {})}
+        self.eval_attack_cfg = {**self.attack_cfg, "random_start": False, **(eval_attack or {})}
         if self.attack_cfg["norm"] not in ("l2", "linf") or self.eval_attack_cfg["norm"] not in ("l2", "linf"):
             raise ValueError("attack.norm must be 'l2' or 'linf'")
         self.epsilon: float | None = None if epsilon == "auto" else float(epsilon)
