@@ -35,7 +35,7 @@ def check_images(x: object, *, name: str = "images", value_range: tuple[float, f
         tol = 1e-4
         if not (lo >= value_range[0] - tol and hi <= value_range[1] + tol):
             raise ValueError(
-                f"{name} must lie in [{value_range[0]}, {value_range[1]}] pixel space, got values in [{lo:.3g}, {hi:.3g}]; "
+                f"{name} must lie in [{value_range[0]:g}, {value_range[1]:g}] pixel space, got values in [{lo:.3g}, {hi:.3g}]; "
                 "do not normalize images yourself (the backbone adapter applies its own mean/std), "
                 "and divide uint8 images by 255"
             )

@@ -8,6 +8,7 @@ per sample, later epochs never call it).
 """
 from __future__ import annotations
 
+import warnings
 from typing import Any, Mapping, Sequence
 
 import lightning as L
@@ -24,6 +25,9 @@ from src.utils.checkpoint import MODULE_KEY
 from .feature_cache import FeatureCache
 
 __all__ = ["RobustLinearProbe", "build_backbone"]
+
+# The frozen backbone is in eval mode on purpose ("frozen means frozen"); Lightning warns about that at fit start.
+warnings.filterwarnings("ignore", message=r".*module\(s\) in eval mode at the start of training.*")
 
 _STAGE_CODE = {"train": 1, "val": 2, "test": 3}
 

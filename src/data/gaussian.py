@@ -1,0 +1,60 @@
+"""SynBench's class-conditional Gaussian binary task in pixel space (the "Gaussian proxy task", Table 1 of
+synbench_icml2024.txt): x = mean_offset + y·s·1/√d + N(0, I) per pixel, y ∈ {−1, +1} → labels {0, 1}.
+
+The Bayes classifier reaches accuracy Φ(s) on it (Thm 3.1 iii with ε = 0, Σ = I), which is the number a probe
+can be compared with. Samples come from :mod:`src.synbench.sampling` (seeded, independent of batch size).
+"""
+from __future__ import annotations
+
+import lightning as L
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+from src.synbench.sampling import sample
+
+from .common import IndexedDataset, make_loader
+
+__all__ = ["GaussianTaskDataModule"]
+
+
+class GaussianTaskDataModule(L.LightningDataModule):
+    """Args: ``s`` separation (> 0), ``image_size`` (3, S, S inputs), ``n_train``/``n_val`` samples, ``mean_offset``
+    (pixel mean, official 0.5), ``class_prior`` τ, ``seed``. Values leave [0, 1] on purpose (no clipping); probes need
+    ``check_input_range=False``. Test = val."""
+
+    def __init__(self, s: float = 1.0, image_size: int = 32, n_train: int = 2048, n_val: int = 1024,
+                 mean_offset: float = 0.5, class_prior: float = 0.5, batch_size: int = 128, seed: int = 0,
+                 num_workers: int = 0, num_classes: int | None = None) -> None:
+        super().__init__()
+        if not s > 0:
+            raise ValueError(f"s must be > 0 (Bayes accuracy Phi(s)), got {s}")
+        if num_classes not in (None, 2):
+            raise ValueError(f"the Gaussian task is binary: num_classes must be 2, got {num_classes}")
+        self.save_hyperparameters()
+        self.num_classes = 2
+        self._train = self._val = None
+
+    @property
+    def bayes_accuracy(self) -> float:
+        """Φ(s): the accuracy of the Bayes classifier in pixel space."""
+        return float(torch.distributions.Normal(0.0, 1.0).cdf(torch.tensor(float(self.hparams.s))))
+
+    def _split(self, n: int, split: str) -> IndexedDataset:
+        hp = self.hparams
+        x, y = sample(n, s=float(hp.s), input_shape=(3, hp.image_size, hp.image_size), seed=int(hp.seed), split=split,
+                      mean_offset=float(hp.mean_offset), class_prior=float(hp.class_prior))
+        return IndexedDataset(TensorDataset(x, y))
+
+    def setup(self, stage: str | None = None) -> None:
+        if self._train is None:
+            self._train = self._split(int(self.hparams.n_train), "train")
+            self._val = self._split(int(self.hparams.n_val), "test")
+
+    def train_dataloader(self) -> DataLoader:
+        return make_loader(self._train, self.hparams.batch_size, shuffle=True, seed=self.hparams.seed,
+                           num_workers=self.hparams.num_workers)
+
+    def val_dataloader(self) -> DataLoader:
+        return make_loader(self._val, self.hparams.batch_size, shuffle=False, num_workers=self.hparams.num_workers)
+
+    test_dataloader = val_dataloader
