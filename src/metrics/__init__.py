@@ -1,0 +1,4 @@
+"""torchmetrics shells over the functional cores."""
+from .synbench_score import SynBenchScore
+
+__all__ = ["SynBenchScore"]
