@@ -6,34 +6,18 @@ first and fail at once with a message naming what was looked for and how to prov
 from __future__ import annotations
 
 import os
-import socket
-from functools import lru_cache
 from pathlib import Path
 from typing import Iterable
 
 import torch
+
+from src.utils.network import host_reachable, offline_mode
 
 __all__ = ["MissingWeightsError", "host_reachable", "find_in_hf_cache", "load_state_dict", "offline_mode"]
 
 
 class MissingWeightsError(FileNotFoundError):
     """Pretrained weights are neither in a local cache nor downloadable."""
-
-
-def offline_mode() -> bool:
-    return any(os.environ.get(k, "").lower() in {"1", "true", "yes", "on"} for k in ("HF_HUB_OFFLINE", "REPBENCH_OFFLINE"))
-
-
-@lru_cache(maxsize=16)
-def host_reachable(host: str, port: int = 443, timeout: float = 2.0) -> bool:
-    """True when a TCP connection to ``host:port`` opens within ``timeout`` seconds."""
-    if offline_mode():
-        return False
-    try:
-        with socket.create_connection((host, port), timeout=timeout):
-            return True
-    except OSError:
-        return False
 
 
 def find_in_hf_cache(repo_id: str, filenames: Iterable[str]) -> str | None:

@@ -1,0 +1,164 @@
+"""``SynBenchCallback``: SynBench-Score of ``pl_module.backbone`` (or any feature function) every N epochs.
+
+Usable in any Lightning training: attach it to a Trainer whose LightningModule exposes ``backbone`` (a RepBench
+:class:`~src.backbones.Backbone` or any module mapping (N, C, H, W) images to (N, D) features) or pass
+``feature_fn=lambda module, x: ...``. The synthetic data is the callback's own, sharded by rank (each rank draws
+only its chunks of every split), and the score is a :class:`~src.metrics.SynBenchScore` on sum-reduced statistics,
+so the logged numbers do not depend on the number of processes. Logs ``val/synbench/score`` (ε = eps[0]),
+``val/synbench/score_eps_<ε>``, ``val/synbench/best_eps`` and the E(a_t) curves as a TensorBoard figure.
+"""
+from __future__ import annotations
+
+import hashlib
+import math
+from typing import Any, Callable, Iterator, Mapping, Sequence
+
+import lightning as L
+import torch
+from torch import Tensor, nn
+
+from src.metrics import SynBenchScore
+from src.synbench import SynBenchConfig
+from src.synbench.runner import pixel_transform, resolve_backbone_mean_std
+from src.synbench.sampling import banded_cholesky, banded_margin_scale, sample_chunk
+
+__all__ = ["SynBenchCallback", "weights_fingerprint"]
+
+# A budget that fits inside a CPU training epoch; SynBenchConfig() is the full official protocol.
+CALLBACK_DEFAULTS = dict(s_values=(0.2, 0.4, 0.6, 0.8, 1.0, 1.5, 2.0, 3.0), n_train=256, n_test=256,
+                         eps=(0.0, 0.2, 0.4, 0.6, 0.8), a_T=(0.7,), batch_size=128, chunk_size=128)
+
+
+def weights_fingerprint(module: nn.Module) -> str:
+    """A digest of every parameter and buffer (exact change detection, no copy of the weights kept)."""
+    h = hashlib.blake2b(digest_size=16)
+    for name, t in list(module.named_parameters()) + list(module.named_buffers()):
+        h.update(name.encode())
+        h.update(t.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+    return h.hexdigest()
+
+
+def shard_batches(n: int, rank: int, world: int, **sample_kwargs: Any) -> Iterator[tuple[Tensor, Tensor]]:
+    """This rank's chunks (rank, rank + world, ...) of samples 0..n−1 of one split; same samples as the runner."""
+    cs = int(sample_kwargs["chunk_size"])
+    for chunk in range(rank, math.ceil(n / cs), world):
+        x, y = sample_chunk(chunk, **sample_kwargs)
+        keep = min(cs, n - chunk * cs)
+        yield x[:keep], y[:keep]
+
+
+class SynBenchCallback(L.Callback):
+    """Args:
+        every_n_epochs: compute at the end of every N-th training epoch (and after the last one).
+        input_size: side (int) or (C, H, W) of the synthetic images (the compute budget; 32 by default).
+        config: a :class:`SynBenchConfig` or a mapping of its fields; unspecified fields use the callback budget
+            ``CALLBACK_DEFAULTS`` (8 s values, 256 + 256 samples per s, ε ∈ {0, …, 0.8}, a_T = 0.7).
+        feature_fn: ``(pl_module, x) -> (N, D)``; default ``pl_module.backbone.embed`` (or ``backbone(x)``).
+        skip_unchanged: do not recompute when the backbone's weights did not change (a frozen probe needs it once).
+        log_figure: add the E(a_t) curves to TensorBoard.
+        prefix: log-name prefix (``val/synbench``).
+    """
+
+    def __init__(self, every_n_epochs: int = 1, input_size: int | Sequence[int] = 32,
+                 config: SynBenchConfig | Mapping[str, Any] | None = None,
+                 feature_fn: Callable[[L.LightningModule, Tensor], Tensor] | None = None,
+                 skip_unchanged: bool = True, log_figure: bool = True, prefix: str = "val/synbench") -> None:
+        if every_n_epochs < 1:
+            raise ValueError(f"every_n_epochs must be >= 1, got {every_n_epochs}")
+        if isinstance(config, SynBenchConfig):
+            self.config = config
+        else:
+            self.config = SynBenchConfig(**{**CALLBACK_DEFAULTS, **dict(config or {})})
+        size = (3, input_size, input_size) if isinstance(input_size, int) else tuple(int(v) for v in input_size)
+        self.input_shape = size
+        self.every_n_epochs = int(every_n_epochs)
+        self.feature_fn = feature_fn
+        self.skip_unchanged = skip_unchanged
+        self.log_figure = log_figure
+        self.prefix = prefix.rstrip("/")
+        self._fingerprint: str | None = None
+        self.last: dict[str, float] = {}
+        self.history: list[tuple[int, dict[str, float]]] = []
+        self.computations = 0
+        self.result = None  # SynBenchResult of the last computation
+
+    # ------------------------------------------------------------------ pieces
+    def _encoder(self, pl_module: L.LightningModule) -> tuple[nn.Module, Callable[[Tensor], Tensor]]:
+        if self.feature_fn is not None:
+            owner = getattr(pl_module, "backbone", pl_module)
+            return owner, lambda x: self.feature_fn(pl_module, x)
+        backbone = getattr(pl_module, "backbone", None)
+        if backbone is None:
+            raise AttributeError(
+                f"{type(pl_module).__name__} has no `backbone` attribute: give SynBenchCallback(feature_fn=lambda "
+                "module, x: module.encoder(x)) or expose the encoder as `self.backbone`"
+            )
+        return backbone, getattr(backbone, "embed", backbone)
+
+    def compute(self, pl_module: L.LightningModule) -> dict[str, float]:
+        """Run the protocol on this rank's shard; every rank must call it (the metric all-reduces)."""
+        module, fn = self._encoder(pl_module)
+        cfg, shape = self.config, self.input_shape
+        device = pl_module.device
+        n_pix = math.prod(shape[1:])
+        factor = banded_cholesky(cfg.band, n_pix) if cfg.covariance == "banded" else None
+        kappa = banded_margin_scale(cfg.band, n_pix, factor) if factor is not None else 1.0
+        affine = pixel_transform(cfg.normalization, shape[0], resolve_backbone_mean_std(fn, None, shape[0]))
+        common = dict(input_shape=shape, seed=cfg.seed, chunk_size=cfg.chunk_size, mean_offset=cfg.mean_offset,
+                      class_prior=cfg.class_prior, factor=factor, channel_affine=affine)
+        world, rank = pl_module.trainer.world_size, pl_module.trainer.global_rank
+        metric = SynBenchScore(cfg, margin_scale=kappa, input_shape=shape).to(device)
+        was_training = module.training
+        module.eval()
+        try:
+            with torch.no_grad():
+                for i, s in enumerate(cfg.s_values):
+                    for x, y in shard_batches(cfg.n_train, rank, world, s=s, split="train", **common):
+                        metric.update_train(self._finite(fn(x.to(device)), s), y.to(device))
+                    metric.fit(i)
+                    for x, y in shard_batches(cfg.n_test, rank, world, s=s, split="test", **common):
+                        metric.update(self._finite(fn(x.to(device)), s), y.to(device), i)
+                out = {k: float(v) for k, v in metric.compute().items()}
+        finally:
+            module.train(was_training)
+        self.result = metric.last_result
+        self.computations += 1
+        return out
+
+    @staticmethod
+    def _finite(z: Tensor, s: float) -> Tensor:
+        if not torch.isfinite(z).all():
+            raise FloatingPointError(f"SynBenchCallback: the backbone produced NaN/inf features on synthetic data (s={s})")
+        return z
+
+    # ------------------------------------------------------------------ hooks
+    def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        epoch = trainer.current_epoch
+        last_epoch = trainer.max_epochs is not None and epoch + 1 >= trainer.max_epochs
+        if (epoch + 1) % self.every_n_epochs and not last_epoch:
+            return
+        module, _ = self._encoder(pl_module)
+        fp = weights_fingerprint(module) if self.skip_unchanged else None
+        if fp is None or fp != self._fingerprint or not self.last:
+            self.last = self.compute(pl_module)
+            self._fingerprint = fp
+            self._log_figure(trainer)
+        self.history.append((epoch, dict(self.last)))
+        for key, value in self.last.items():
+            pl_module.log(f"{self.prefix}/{key}", value, on_step=False, on_epoch=True, sync_dist=False)
+
+    def _log_figure(self, trainer: L.Trainer) -> None:
+        if not self.log_figure or trainer.global_rank != 0:
+            return
+        for lg in trainer.loggers:
+            experiment = getattr(lg, "experiment", None)
+            if hasattr(experiment, "add_figure"):
+                fig = self.result.figure(title=f"SynBench, epoch {trainer.current_epoch}")
+                experiment.add_figure(f"{self.prefix}/curves", fig, global_step=trainer.global_step, close=True)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"fingerprint": self._fingerprint, "last": dict(self.last)}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self._fingerprint = state_dict.get("fingerprint")
+        self.last = dict(state_dict.get("last", {}))
