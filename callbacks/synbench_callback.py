@@ -10,17 +10,15 @@ so the logged numbers do not depend on the number of processes. Logs ``val/synbe
 from __future__ import annotations
 
 import hashlib
-import math
-from typing import Any, Callable, Iterator, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import lightning as L
 import torch
 from torch import Tensor, nn
 
-from src.metrics import SynBenchScore
+from src.metrics.synbench_score import synbench_distributed
 from src.synbench import SynBenchConfig
-from src.synbench.runner import pixel_transform, resolve_backbone_mean_std
-from src.synbench.sampling import banded_cholesky, banded_margin_scale, sample_chunk
+from src.utils.modes import eval_mode
 
 __all__ = ["SynBenchCallback", "weights_fingerprint"]
 
@@ -36,15 +34,6 @@ def weights_fingerprint(module: nn.Module) -> str:
         h.update(name.encode())
         h.update(t.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")
     return h.hexdigest()
-
-
-def shard_batches(n: int, rank: int, world: int, **sample_kwargs: Any) -> Iterator[tuple[Tensor, Tensor]]:
-    """This rank's chunks (rank, rank + world, ...) of samples 0..n−1 of one split; same samples as the runner."""
-    cs = int(sample_kwargs["chunk_size"])
-    for chunk in range(rank, math.ceil(n / cs), world):
-        x, y = sample_chunk(chunk, **sample_kwargs)
-        keep = min(cs, n - chunk * cs)
-        yield x[:keep], y[:keep]
 
 
 class SynBenchCallback(L.Callback):
@@ -98,38 +87,12 @@ class SynBenchCallback(L.Callback):
     def compute(self, pl_module: L.LightningModule) -> dict[str, float]:
         """Run the protocol on this rank's shard; every rank must call it (the metric all-reduces)."""
         module, fn = self._encoder(pl_module)
-        cfg, shape = self.config, self.input_shape
-        device = pl_module.device
-        n_pix = math.prod(shape[1:])
-        factor = banded_cholesky(cfg.band, n_pix) if cfg.covariance == "banded" else None
-        kappa = banded_margin_scale(cfg.band, n_pix, factor) if factor is not None else 1.0
-        affine = pixel_transform(cfg.normalization, shape[0], resolve_backbone_mean_std(fn, None, shape[0]))
-        common = dict(input_shape=shape, seed=cfg.seed, chunk_size=cfg.chunk_size, mean_offset=cfg.mean_offset,
-                      class_prior=cfg.class_prior, factor=factor, channel_affine=affine)
-        world, rank = pl_module.trainer.world_size, pl_module.trainer.global_rank
-        metric = SynBenchScore(cfg, margin_scale=kappa, input_shape=shape).to(device)
-        was_training = module.training
-        module.eval()
-        try:
-            with torch.no_grad():
-                for i, s in enumerate(cfg.s_values):
-                    for x, y in shard_batches(cfg.n_train, rank, world, s=s, split="train", **common):
-                        metric.update_train(self._finite(fn(x.to(device)), s), y.to(device))
-                    metric.fit(i)
-                    for x, y in shard_batches(cfg.n_test, rank, world, s=s, split="test", **common):
-                        metric.update(self._finite(fn(x.to(device)), s), y.to(device), i)
-                out = {k: float(v) for k, v in metric.compute().items()}
-        finally:
-            module.train(was_training)
-        self.result = metric.last_result
+        with eval_mode(module):
+            out, self.result = synbench_distributed(fn, self.input_shape, self.config, device=pl_module.device,
+                                                    rank=pl_module.trainer.global_rank,
+                                                    world_size=pl_module.trainer.world_size)
         self.computations += 1
         return out
-
-    @staticmethod
-    def _finite(z: Tensor, s: float) -> Tensor:
-        if not torch.isfinite(z).all():
-            raise FloatingPointError(f"SynBenchCallback: the backbone produced NaN/inf features on synthetic data (s={s})")
-        return z
 
     # ------------------------------------------------------------------ hooks
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:

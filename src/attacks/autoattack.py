@@ -17,6 +17,8 @@ from torch import Tensor, nn
 
 __all__ = ["autoattack_accuracy", "autoattack_correct"]
 
+from src.utils.modes import preserved_modes
+
 _TORCHATTACKS_NORMS = {"l2": "L2", "linf": "Linf"}
 _MIN_CLASSES = {"standard": 4, "plus": 4, "rand": 3}  # targeted DLR sorts 4 logits; untargeted DLR 3
 
@@ -26,17 +28,15 @@ def _preserved_model_state(model: nn.Module) -> Iterator[None]:
     """Freeze parameters for the duration (FAB calls ``.backward``, which would accumulate into ``param.grad``) and
     restore every module's train/eval mode (torchattacks calls ``model.eval()`` and then ``model.train()`` on the
     whole model, which would un-freeze submodules that were in eval mode) and every ``requires_grad`` flag."""
-    modes = [(m, m.training) for m in model.modules()]
     flags = [(p, p.requires_grad) for p in model.parameters()]
-    try:
-        for p, _ in flags:
-            p.requires_grad_(False)
-        yield
-    finally:
-        for p, flag in flags:
-            p.requires_grad_(flag)
-        for m, training in modes:
-            m.training = training
+    with preserved_modes(model):
+        try:
+            for p, _ in flags:
+                p.requires_grad_(False)
+            yield
+        finally:
+            for p, flag in flags:
+                p.requires_grad_(flag)
 
 
 def _validate(x: Tensor, y: Tensor, eps: float, norm: str, version: str, batch_size: int) -> None:

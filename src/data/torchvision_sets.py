@@ -14,7 +14,6 @@ at once instead of a long retry.
 """
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable

@@ -14,7 +14,8 @@ sum-reduction; float64 keeps ~8 significant digits of the covariance even when |
 """
 from __future__ import annotations
 
-from typing import Any, Sequence
+import math
+from typing import Any, Callable, Iterator, Sequence
 
 import torch
 from torch import Tensor
@@ -23,11 +24,12 @@ from torchmetrics import Metric
 from src.synbench.bayes import (LinearClassifiers, TrainStats, classifier_from_statistics, finalize_test_statistics,
                                 test_statistics)
 from src.synbench.config import SynBenchConfig
-from src.synbench.runner import SynBenchResult
+from src.synbench.runner import SynBenchResult, pixel_transform, resolve_backbone_mean_std
+from src.synbench.sampling import banded_cholesky, banded_margin_scale, sample_chunk
 from src.synbench.theory import reference_curve
 from src.utils import format_eps
 
-__all__ = ["SynBenchScore"]
+__all__ = ["SynBenchScore", "shard_batches", "synbench_distributed"]
 
 F64 = torch.float64
 
@@ -128,3 +130,47 @@ class SynBenchScore(Metric):
         super().reset()
         self._train = None
         self._classifiers = {}
+
+
+def shard_batches(n: int, rank: int, world_size: int, **sample_kwargs: Any) -> Iterator[tuple[Tensor, Tensor]]:
+    """This rank's chunks (rank, rank + world, ...) of samples 0..n−1 of one split: the same samples as the
+    single-process runner, whatever the number of processes."""
+    cs = int(sample_kwargs["chunk_size"])
+    for chunk in range(rank, math.ceil(n / cs), world_size):
+        x, y = sample_chunk(chunk, **sample_kwargs)
+        keep = min(cs, n - chunk * cs)
+        yield x[:keep], y[:keep]
+
+
+def _finite(z: Tensor, s: float) -> Tensor:
+    if not torch.isfinite(z).all():
+        raise FloatingPointError(f"SynBench: the feature function returned NaN/inf features on synthetic data (s={s})")
+    return z.reshape(z.shape[0], -1)
+
+
+def synbench_distributed(feature_fn: Callable[[Tensor], Tensor], input_shape: Sequence[int], config: SynBenchConfig,
+                         *, device: Any = "cpu", rank: int = 0, world_size: int = 1,
+                         ) -> tuple[dict[str, float], SynBenchResult]:
+    """Algorithm 1 with the synthetic data sharded over ``world_size`` ranks (all must call it) and a
+    :class:`SynBenchScore` all-reducing the statistics; returns (its ``compute()`` as floats, the result).
+
+    Samples are those of :func:`src.synbench.synbench` (same seed, chunks, normalization), so a single process
+    reproduces the runner exactly; the feature function runs under ``torch.no_grad`` in the caller's mode.
+    """
+    cfg, shape = config, tuple(int(v) for v in input_shape)
+    n_pix = math.prod(shape[1:])
+    factor = banded_cholesky(cfg.band, n_pix) if cfg.covariance == "banded" else None
+    kappa = banded_margin_scale(cfg.band, n_pix, factor) if factor is not None else 1.0
+    affine = pixel_transform(cfg.normalization, shape[0], resolve_backbone_mean_std(feature_fn, None, shape[0]))
+    common = dict(input_shape=shape, seed=cfg.seed, chunk_size=cfg.chunk_size, mean_offset=cfg.mean_offset,
+                  class_prior=cfg.class_prior, factor=factor, channel_affine=affine)
+    metric = SynBenchScore(cfg, margin_scale=kappa, input_shape=shape).to(device)
+    with torch.no_grad():
+        for i, s in enumerate(cfg.s_values):
+            for x, y in shard_batches(cfg.n_train, rank, world_size, s=s, split="train", **common):
+                metric.update_train(_finite(feature_fn(x.to(device)), s), y.to(device))
+            metric.fit(i)
+            for x, y in shard_batches(cfg.n_test, rank, world_size, s=s, split="test", **common):
+                metric.update(_finite(feature_fn(x.to(device)), s), y.to(device), i)
+        out = {k: float(v) for k, v in metric.compute().items()}
+    return out, metric.last_result

@@ -59,12 +59,15 @@ class RobustLinearProbe(L.LightningModule):
         backbone: a :class:`Backbone`, a registry name or ``{name: ..., **opts}`` (stored in hparams, so a
             checkpoint rebuilds the model; the frozen weights are saved in the checkpoint too).
         num_classes: number of labels; must match the data.
-        epsilon: training budget ε ≥ 0 in pixel space, or ``"auto"``: the argmax of SynBench-Score over
-            ``auto_epsilon.grid`` computed before fitting (§4.3 of the SynBench paper).
+        epsilon: training budget ε ≥ 0 in pixel space, or ``"auto"``: argmax_ε SynBench-Score of the backbone,
+            computed in ``setup`` before fitting (§4.3 of the SynBench paper; see ``auto_epsilon.py``).
+        auto_epsilon: options of ``epsilon="auto"``: ``input_size``, ``scale`` and SynBenchConfig fields
+            (``s_values``, ``n_train``, ``n_test``, ``eps`` grid, ``a_T``, ...).
         attack: training PGD: ``norm`` ("l2" | "linf"), ``steps``, ``step_size`` (None: 2.5 ε / steps),
             ``random_start``.
         eval_epsilons: budgets at which validation/test report PGD robust accuracy (``val/adv/acc_<norm>_<eps>``).
-        eval_attack: PGD used for evaluation (same keys as ``attack``; ``norm`` defaults to the training norm).
+        eval_attack: PGD used for evaluation (same keys as ``attack``; ``norm`` defaults to the training norm,
+            ``random_start`` to False so that robust accuracy does not depend on batching or sharding).
         feature_cache: with ε = 0, cache features by dataset index (batches must be ``(x, y, index)``).
         check_input_range: reject images outside [0, 1] (turn off for synthetic Gaussian data).
     """
@@ -188,7 +191,7 @@ class RobustLinearProbe(L.LightningModule):
         if self.epsilon is None and stage == "fit":
             from .auto_epsilon import select_epsilon
 
-            self.epsilon = select_epsilon(self)
+            self.epsilon = select_epsilon(self, self.hparams.auto_epsilon)
 
     def on_fit_start(self) -> None:
         # metric states created in __init__ are shared between ddp_spawn workers until reset (stack.md)
@@ -244,8 +247,11 @@ class RobustLinearProbe(L.LightningModule):
         self._eval_step("test", batch, batch_idx)
 
     def on_train_start(self) -> None:
-        if self.epsilon is not None:
-            self.log("train/epsilon", float(self.epsilon), rank_zero_only=True)
+        for lg in self.loggers:  # the chosen epsilon (and, with epsilon=auto, the SynBench scores behind it)
+            metrics = {"train/epsilon": float(self.epsilon or 0.0)}
+            metrics.update({f"train/auto_epsilon/score_eps_{format_eps(e)}": v
+                            for e, v in getattr(self, "auto_epsilon_scores", {}).items()})
+            lg.log_metrics(metrics, step=0)
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         checkpoint[MODULE_KEY] = f"{type(self).__module__}:{type(self).__qualname__}"

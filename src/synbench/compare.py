@@ -1,0 +1,75 @@
+"""Comparing backbones with SynBench: run, tabulate (Markdown), plot (E(a_t) curves, score vs ε)."""
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+from .config import SynBenchConfig
+from .runner import SynBenchResult, synbench
+
+__all__ = ["compare_backbones", "comparison_markdown", "comparison_figures"]
+
+
+def compare_backbones(names: Sequence[str], fields: Mapping[str, Any] | None = None, *, input_size: int | None = None,
+                      device: Any = "cpu", progress: bool = False,
+                      backbone_opts: Mapping[str, Any] | None = None) -> dict[str, SynBenchResult]:
+    """SynBench of every backbone (``create_backbone`` names) under one protocol ``SynBenchConfig(**fields)``.
+
+    ``input_size`` None uses each backbone's native input size (the official protocol).
+    """
+    from src.backbones import create_backbone
+
+    cfg = SynBenchConfig(**dict(fields or {}))
+    results: dict[str, SynBenchResult] = {}
+    for name in names:
+        bb = create_backbone(name, **dict(backbone_opts or {})).eval().to(device)
+        size = input_size or bb.input_size[-1]
+        results[name] = synbench(bb.embed, input_shape=(3, size, size), config=cfg, device=device, progress=progress)
+        del bb
+    return results
+
+
+def comparison_markdown(results: Mapping[str, SynBenchResult]) -> str:
+    """One table per a_T: a row per backbone, a column per ε; the best ε of each row in bold."""
+    first = next(iter(results.values()))
+    eps, a_ts = first.eps, first.config.a_T
+    parts = []
+    for a_t in a_ts:
+        lines = [f"SynBench-Score, a_T = {a_t:g} ({first.config.integral} integral, {first.config.eps_mode} eps)", "",
+                 "| backbone | " + " | ".join(f"ε={e:g}" for e in eps) + " | best ε |",
+                 "|---|" + "---:|" * (len(eps) + 1)]
+        for name, res in results.items():
+            scores = [res.score(e, a_t) for e in eps]
+            best = max(range(len(eps)), key=lambda j: scores[j])
+            cells = [f"**{v:.3f}**" if j == best else f"{v:.3f}" for j, v in enumerate(scores)]
+            lines.append(f"| {name} | " + " | ".join(cells) + f" | {eps[best]:g} |")
+        parts.append("\n".join(lines))
+    return "\n\n".join(parts) + "\n"
+
+
+def comparison_figures(results: Mapping[str, SynBenchResult]) -> dict[str, Any]:
+    """{"curves.png": E(a_t) at ε = eps[0] per backbone + reference; "score_vs_eps.png": score vs ε per a_T[0]}."""
+    from matplotlib.figure import Figure
+
+    first = next(iter(results.values()))
+    fig = Figure(figsize=(5.5, 4))
+    ax = fig.add_subplot()
+    ref = first.curves()
+    ax.plot(ref["a_t"], ref["reference"], "k-", lw=2, label="reference (input space)")
+    for name, res in results.items():
+        c = res.curves()
+        ax.plot(c["a_t"], c["eps"][res.eps[0]], label=f"{name}, ε={res.eps[0]:g}")
+    ax.set_xlabel("threshold accuracy $a_t$")
+    ax.set_ylabel("expected scaled bound $E(a_t)$")
+    ax.set_yscale("log")
+    ax.legend(fontsize=7)
+    ax.set_title("SynBench: robustness-accuracy curves")
+    fig2 = Figure(figsize=(5.5, 4))
+    ax2 = fig2.add_subplot()
+    a_t = first.config.a_T[0]
+    for name, res in results.items():
+        ax2.plot(res.eps, [res.score(e, a_t) for e in res.eps], marker="o", label=name)
+    ax2.set_xlabel("ε (relative)")
+    ax2.set_ylabel(f"SynBench-Score (a_T={a_t:g})")
+    ax2.legend(fontsize=7)
+    ax2.set_title("SynBench-Score vs ε")
+    return {"curves.png": fig, "score_vs_eps.png": fig2}

@@ -1,0 +1,107 @@
+"""SynBenchConfig: every SynBench convention as a field. Defaults reproduce the official implementation
+(IBM/synbench ``evaluate_synbench.py``) where it differs from the paper text - see DESIGN.md's table."""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+
+
+def official_s_values() -> tuple[float, ...]:
+    """np.arange(0.1, 5.0, 0.1) of the official code, without float drift: 0.1, 0.2, …, 4.9 (49 values).
+    (The paper text says s ~ U{0.1, …, 5}, 50 values.)"""
+    return tuple(round(k * 0.1, 10) for k in range(1, 50))
+
+
+def _default_eps() -> tuple[float, ...]:
+    return tuple(round(k * 0.1, 10) for k in range(9))  # 0, 0.1, …, 0.8: paper Fig. 3 and Table 6
+
+
+@dataclass(frozen=True)
+class SynBenchConfig:
+    """Protocol of one SynBench run (ICML 2024 paper, Algorithm 1).
+
+    s_values: separations s (μ̃ = s·1/√d); n_train / n_test: samples per s (official 2048 + 2048).
+    eps: ε grid (0 … 0.8, paper Fig. 3 / Table 6); eps_mode: "relative" (official, ‖z‖ ≤ ε‖μ̃‖) | "absolute".
+    a_T: threshold accuracies reported by :meth:`SynBenchResult.table` (paper: 0.7 … 0.9; 0.7 headline).
+    integral: "grid" (official Riemann sum on linspace(0.6, 1, 100)) | "exact".
+    norm: "l2" | "linf" (ε-ball of the robust classifier, Appendix A.5).
+    mean_offset: pixel mean 0.5 (μ̄ of Algorithm 1 line 8 in the official per-pixel form).
+    normalization: what the network sees - "imagenet" (official: (x − ImageNet mean)/ImageNet std),
+      "backbone" (the feature function's own normalisation of the pixel images) or "none" (raw pixels);
+      see :func:`src.synbench.runner.pixel_transform`.
+    covariance: "identity" (Gaussian-I) | "banded" (Gaussian-H, §4.4; ``band`` = (c₀, c₁, c₂, c₃) is the
+      per-channel Toeplitz band over flattened H·W pixels - the paper does not publish its values; ours).
+    class_prior: τ = P(y = 1). prior_correction: False (official: classifier without prior threshold, Theorem
+      3.1 reference - exact for every τ) | True (eq. 5 threshold q/2 and Theorem A.3 reference).
+    seed; batch_size (forward batch); chunk_size (sampling chunk: changing it changes the samples).
+    cov_divisor: "n-2" (official) | "n-1" (paper) | "n"; eig_tol: eigenvalues ≤ eig_tol dropped (official 1e-6).
+    sample_on_device: draw samples with a generator on the feature device (faster on GPUs; other numbers).
+    linalg_threads: torch CPU threads for everything except ``feature_fn`` (sampling, statistics, eigh, ε
+      solves; forwards keep the caller's setting). 1 (default) is robust on busy CPUs, None leaves torch's
+      setting; see :func:`src.synbench.bayes.torch_threads`.
+    """
+
+    s_values: tuple[float, ...] = official_s_values()
+    n_train: int = 2048
+    n_test: int = 2048
+    eps: tuple[float, ...] = _default_eps()
+    a_T: tuple[float, ...] = (0.7, 0.75, 0.8, 0.85, 0.9)
+    eps_mode: str = "relative"
+    integral: str = "grid"
+    norm: str = "l2"
+    mean_offset: float = 0.5
+    normalization: str = "imagenet"
+    covariance: str = "identity"
+    band: tuple[float, ...] = (1.0, 0.5, 0.25, 0.125)
+    class_prior: float = 0.5
+    prior_correction: bool = False
+    seed: int = 0
+    batch_size: int = 256
+    chunk_size: int = 256
+    cov_divisor: str = "n-2"
+    eig_tol: float = 1e-6
+    sample_on_device: bool = False
+    linalg_threads: int | None = 1
+
+    def __post_init__(self) -> None:
+        for name in ("s_values", "eps", "a_T", "band"):
+            object.__setattr__(self, name, tuple(float(v) for v in getattr(self, name)))
+        if not self.s_values or any(not (math.isfinite(s) and s > 0) for s in self.s_values):
+            raise ValueError(f"s_values must be a non-empty list of finite s > 0, got {self.s_values}")
+        if len(set(self.s_values)) != len(self.s_values):
+            raise ValueError("s_values must be distinct")
+        if self.n_train < 4 or self.n_test < 1:
+            raise ValueError("need n_train >= 4 and n_test >= 1")
+        from .bayes import check_eps  # local: keep config importable on its own
+
+        check_eps(self.eps, self.eps_mode)
+        if not self.a_T or any(not 0.5 <= a < 1.0 for a in self.a_T):
+            raise ValueError(f"a_T values must lie in [0.5, 1), got {self.a_T}")
+        choices = {"integral": ("grid", "exact"), "norm": ("l2", "linf"),
+                   "normalization": ("imagenet", "backbone", "none"), "covariance": ("identity", "banded"),
+                   "cov_divisor": ("n-2", "n-1", "n")}
+        for name, allowed in choices.items():
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"{name} must be one of {allowed}, got {getattr(self, name)!r}")
+        if not 0.0 < self.class_prior < 1.0:
+            raise ValueError(f"class_prior must lie in (0, 1), got {self.class_prior}")
+        if self.linalg_threads is not None and self.linalg_threads < 1:
+            raise ValueError("linalg_threads must be None or >= 1")
+        if self.batch_size < 1 or self.chunk_size < 1 or self.seed < 0:
+            raise ValueError("batch_size and chunk_size must be >= 1 and seed >= 0")
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-serializable dict (tuples become lists)."""
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "SynBenchConfig":
+        names = {f.name for f in fields(cls)}
+        unknown = set(d) - names
+        if unknown:
+            raise ValueError(f"unknown SynBenchConfig fields: {sorted(unknown)}")
+        return cls(**d)

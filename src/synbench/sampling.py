@@ -1,0 +1,130 @@
+"""Class-conditional Gaussian inputs of SynBench in pixel space (ICML 2024 paper §3.1 eq. 1, §3.3, §4.4,
+Algorithm 1 line 8; official ``Gaussian_Dataset``).
+
+x = mean_offset + (2y − 1)·s·1_d/√d + ε, ε ~ N(0, Σ), y ~ Bernoulli(τ) ∈ {0, 1} (1 ↔ +μ), d = C·H·W, no
+clipping. Σ = I ("identity", Gaussian-I) or block-diagonal over channels with a banded Toeplitz block over the
+H·W flattened pixels of each channel ("banded", Gaussian-H, §4.4: heptadiagonal for a band of 4 values).
+
+Reproducibility: samples come in fixed chunks of ``chunk_size``; chunk c of split ("train"/"test") at s is
+drawn by a torch.Generator seeded from SeedSequence((seed, round(s·1e6), split, c)). Sample i is therefore
+the same whatever the batch size, the number of samples requested, or the other s values on the grid
+(counter-based). The generator lives on ``device``, so CPU and CUDA streams differ.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Iterator, Sequence
+
+import numpy as np
+import torch
+from scipy.linalg import LinAlgError, cho_solve_banded, cholesky_banded
+
+Tensor = torch.Tensor
+SPLITS = {"train": 0, "test": 1}
+
+
+def chunk_seed(seed: int, s: float, split: str, chunk: int) -> int:
+    """63-bit seed of one chunk, a hash of (seed, s, split, chunk) by numpy's SeedSequence."""
+    if seed < 0 or s < 0:
+        raise ValueError("seed and s must be >= 0")
+    key = [int(seed), int(round(s * 1e6)), SPLITS[split], int(chunk)]
+    return int(np.random.SeedSequence(key).generate_state(1, np.uint64)[0] & np.uint64((1 << 63) - 1))
+
+
+def banded_cholesky(band: Sequence[float], n: int) -> Tensor:
+    """Lower banded Cholesky factor of the symmetric Toeplitz band matrix T (T_ij = band[|i − j|], zero beyond
+    the band) of size n, in scipy's lower banded storage: out[k, j] = L[j + k, j], shape (len(band), n).
+
+    Raises ValueError when T is not positive definite (e.g. the band's symbol c₀ + 2Σ c_k cos(kω) is too
+    negative for this n). O(n·len(band)²) time, so a 224² channel (n = 50176) costs milliseconds.
+    """
+    b = np.asarray(band, dtype=np.float64).reshape(-1)
+    if b.size == 0 or not np.all(np.isfinite(b)):
+        raise ValueError(f"band must be a non-empty finite sequence, got {band!r}")
+    k = min(b.size, n)
+    ab = np.zeros((k, n))
+    for j in range(k):
+        ab[j, : n - j] = b[j]
+    try:
+        factor = cholesky_banded(ab, lower=True)
+    except LinAlgError as err:
+        raise ValueError(f"banded covariance with band {[float(v) for v in b]} is not positive definite for {n} pixels "
+                         f"per channel") from err
+    return torch.from_numpy(factor)
+
+
+def banded_margin_scale(band: Sequence[float], n: int, factor: Tensor | None = None) -> float:
+    """κ with √(μ̃ᵀΣ⁻¹μ̃) = κ·s for μ̃ = s·1_d/√d and the channel-block band Σ: κ² = 1ᵀT⁻¹1 / n (per channel)."""
+    f = banded_cholesky(band, n) if factor is None else factor
+    x = cho_solve_banded((f.numpy(), True), np.ones(n))
+    return math.sqrt(float(x.sum()) / n)
+
+
+def apply_banded_factor(noise: Tensor, factor: Tensor) -> Tensor:
+    """L·e along the last axis for a lower banded factor (``banded_cholesky`` storage); exact covariance T."""
+    n = noise.shape[-1]
+    f = factor.to(noise.device, noise.dtype)
+    out = noise * f[0]
+    for k in range(1, f.shape[0]):
+        out[..., k:] += f[k, : n - k] * noise[..., : n - k]
+    return out
+
+
+def sample_chunk(chunk: int, *, s: float, input_shape: Sequence[int], seed: int = 0, split: str = "train",
+                 chunk_size: int = 256, mean_offset: float = 0.5, class_prior: float = 0.5,
+                 factor: Tensor | None = None, channel_affine: tuple[Tensor, Tensor] | None = None,
+                 dtype: torch.dtype = torch.float32, device: Any = "cpu") -> tuple[Tensor, Tensor]:
+    """Chunk ``chunk`` (samples chunk·chunk_size ... +chunk_size) of one split: (x (B, *input_shape), y (B,)).
+
+    ``factor``: banded Cholesky factor for Gaussian-H (None: Σ = I). ``channel_affine`` = (scale, shift), each
+    (C,): returns scale_c·x + shift_c instead of x (normalisation folded into sampling, two passes).
+    """
+    if not 0.0 < class_prior < 1.0:
+        raise ValueError(f"class_prior must lie in (0, 1), got {class_prior}")
+    shape = tuple(int(v) for v in input_shape)
+    d = math.prod(shape)
+    g = torch.Generator(device=device)
+    g.manual_seed(chunk_seed(seed, s, split, chunk))
+    y = (torch.rand(chunk_size, generator=g, device=device) < class_prior).long()
+    x = torch.randn((chunk_size, *shape), generator=g, device=device, dtype=dtype)
+    if factor is not None:
+        c = shape[0]
+        x = apply_banded_factor(x.view(chunk_size, c, -1), factor).view(chunk_size, *shape)
+    mean = mean_offset + (2.0 * y.to(dtype) - 1.0) * (s / math.sqrt(d))  # (B,)
+    expand = (chunk_size,) + (1,) * len(shape)
+    if channel_affine is None:
+        return x.add_(mean.view(expand)), y
+    scale, shift = (t.to(device, dtype).view(shape[0], *([1] * (len(shape) - 1))) for t in channel_affine)
+    bias = scale * mean.view(expand) + shift  # (B, C, 1, 1)
+    return x.mul_(scale).add_(bias), y
+
+
+def iter_samples(n: int, batch_size: int, **kwargs: Any) -> Iterator[tuple[Tensor, Tensor]]:
+    """Yield batches (x, y) of samples 0 … n−1 of one split (last batch may be smaller); kwargs as
+    :func:`sample_chunk`. Only the chunks overlapping the current batch are kept in memory."""
+    if n <= 0 or batch_size <= 0:
+        raise ValueError("n and batch_size must be positive")
+    cs = int(kwargs.get("chunk_size", 256))
+    buf_x: list[Tensor] = []
+    buf_y: list[Tensor] = []
+    have, chunk, start = 0, 0, 0
+    while start < n:
+        need = min(batch_size, n - start)
+        while have < need:
+            x, y = sample_chunk(chunk, **kwargs)
+            buf_x.append(x)
+            buf_y.append(y)
+            have += cs
+            chunk += 1
+        x = buf_x[0] if len(buf_x) == 1 else torch.cat(buf_x)
+        y = buf_y[0] if len(buf_y) == 1 else torch.cat(buf_y)
+        yield x[:need], y[:need]
+        rest = have - need
+        buf_x, buf_y = ([x[need:]], [y[need:]]) if rest else ([], [])
+        have, start = rest, start + need
+
+
+def sample(n: int, **kwargs: Any) -> tuple[Tensor, Tensor]:
+    """All n samples of one split at once (convenience for tests and small inputs)."""
+    xs, ys = zip(*iter_samples(n, n, **kwargs))
+    return torch.cat(xs), torch.cat(ys)

@@ -1,0 +1,98 @@
+"""Synthetic Gaussian inputs (src/synbench/sampling.py): reproducibility and realised moments."""
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from src.synbench.sampling import (
+    apply_banded_factor,
+    banded_cholesky,
+    banded_margin_scale,
+    iter_samples,
+    sample,
+    sample_chunk,
+)
+
+BAND = (1.0, 0.5, 0.25, 0.125)
+
+
+def _toeplitz(band, n):
+    t = np.zeros((n, n))
+    for k, c in enumerate(band):
+        t += c * (np.eye(n, k=k) + (np.eye(n, k=-k) if k else 0))
+    return t
+
+
+def test_batch_size_independence_and_determinism():
+    kw = dict(s=1.3, input_shape=(2, 3, 3), seed=4, split="train", chunk_size=64)
+    ref_x, ref_y = sample(600, **kw)
+    for bs in (7, 64, 2048):
+        batches = list(iter_samples(600, bs, **kw))
+        assert all(len(b[1]) == bs for b in batches[:-1])
+        x, y = torch.cat([b[0] for b in batches]), torch.cat([b[1] for b in batches])
+        assert torch.equal(x, ref_x) and torch.equal(y, ref_y)
+    x2, _ = sample(100, **kw)
+    assert torch.equal(x2, ref_x[:100])  # sample i does not depend on n
+    assert not torch.equal(sample(600, **{**kw, "seed": 5})[0], ref_x)
+    assert not torch.equal(sample(600, **{**kw, "split": "test"})[0], ref_x)
+    assert not torch.equal(sample(600, **{**kw, "s": 1.4})[1], ref_y)
+
+
+def test_identity_moments_and_prior():
+    n, s, shape = 40_000, 2.0, (1, 4, 4)
+    x, y = sample(n, s=s, input_shape=shape, seed=0, class_prior=0.3)
+    x = x.double().flatten(1)
+    # class prior: within 5 binomial standard errors
+    assert abs(y.double().mean().item() - 0.3) < 5 * math.sqrt(0.3 * 0.7 / n)
+    for c, sign in ((1, 1.0), (0, -1.0)):
+        xc = x[y == c]
+        mean_err = (xc.mean(0) - (0.5 + sign * s / 4.0)).abs()  # μ = 0.5 ± s/√d, d = 16
+        assert mean_err.max() < 5 * (1.0 / math.sqrt(len(xc)))  # per-pixel std 1 → SE 1/√n_c
+        cov = torch.cov(xc.T).numpy()
+        # entry (i, j) of a sample covariance has SE ≈ √((1 + δ_ij)/n_c); 6 SE over 136 entries
+        se = np.sqrt((1 + np.eye(16)) / len(xc))
+        assert np.all(np.abs(cov - np.eye(16)) < 6 * se)
+
+
+def test_banded_factor_is_exact_and_sampled_covariance_matches():
+    n_pix = 36
+    f = banded_cholesky(BAND, n_pix)
+    lower = sum(np.diag(f[k, : n_pix - k].numpy(), -k) for k in range(len(BAND)))
+    np.testing.assert_allclose(lower @ lower.T, _toeplitz(BAND, n_pix), atol=1e-13)
+    e = torch.randn(3, 2, n_pix, dtype=torch.float64)
+    np.testing.assert_allclose(apply_banded_factor(e, f).numpy(), e.numpy() @ lower.T, atol=1e-12)
+
+    n = 30_000
+    x, y = sample(n, s=0.7, input_shape=(2, 6, 6), seed=1, factor=f)
+    x = x.double()
+    r = (x - x.mean(0)).reshape(n, -1)
+    r = r - 2 * 0.7 / math.sqrt(72) * ((y[:, None].double() - y.double().mean()) * 1.0)  # remove the class mean
+    emp = (r.T @ r / n).numpy()
+    target = np.kron(np.eye(2), _toeplitz(BAND, n_pix))  # channels independent, Toeplitz band inside
+    # Gaussian entries: Var(r_i r_j) = T_ii T_jj + T_ij², so SE = √((T_ii T_jj + T_ij²)/n); 6 SE over the
+    # 2628 distinct entries keeps the false-alarm probability below 1e-5
+    se = np.sqrt((np.outer(np.diag(target), np.diag(target)) + target**2) / n)
+    assert np.all(np.abs(emp - target) < 6 * se + 1e-12)
+
+
+def test_banded_errors_and_margin_scale():
+    with pytest.raises(ValueError, match="not positive definite"):
+        banded_cholesky((1.0, 0.9, 0.9, 0.9), 100)
+    with pytest.raises(ValueError):
+        banded_cholesky((float("nan"),), 4)
+    t = _toeplitz(BAND, 49)
+    kappa = math.sqrt(np.ones(49) @ np.linalg.solve(t, np.ones(49)) / 49)
+    assert banded_margin_scale(BAND, 49) == pytest.approx(kappa, rel=1e-12)
+    assert banded_margin_scale((1.0,), 49) == pytest.approx(1.0, rel=1e-15)
+
+
+def test_channel_affine_folded_into_sampling():
+    kw = dict(s=0.5, input_shape=(3, 2, 2), seed=2)
+    x, y = sample_chunk(0, **kw)
+    scale, shift = torch.tensor([2.0, 0.5, 4.0]), torch.tensor([-1.0, 0.0, 3.0])
+    xa, ya = sample_chunk(0, channel_affine=(scale, shift), **kw)
+    assert torch.equal(y, ya)
+    torch.testing.assert_close(xa, x * scale.view(3, 1, 1) + shift.view(3, 1, 1), rtol=1e-6, atol=1e-6)
+    with pytest.raises(ValueError):
+        sample_chunk(0, class_prior=1.0, **kw)
