@@ -68,12 +68,30 @@ def torch_threads(n: int | None) -> Iterator[None]:
         torch.set_num_threads(before)
 
 
+def _blas_threads(n: int) -> Any:
+    """Limit numpy/scipy's BLAS threads like :func:`torch_threads` (threadpoolctl if installed, else no-op)."""
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:  # pragma: no cover - threadpoolctl comes with scikit-learn
+        return contextlib.nullcontext()
+    return threadpool_limits(limits=n, user_api="blas")
+
+
 def retained_eig(cov: Tensor, eig_tol: float = 1e-6, threads: int | None = None) -> tuple[Tensor, Tensor]:
     """Eigenpairs (σ_k, F) of the symmetrised float64 Σ with σ_k > eig_tol (official pseudo-inverse rule).
     ``threads``: CPU threads for the eigendecomposition (see :func:`torch_threads`; None: unchanged)."""
     c = torch.as_tensor(cov, dtype=F64)
+    sym = 0.5 * (c + c.T)
     with torch_threads(threads if c.device.type == "cpu" else None):
-        evals, evecs = torch.linalg.eigh(0.5 * (c + c.T))
+        try:
+            evals, evecs = torch.linalg.eigh(sym)
+        except torch.linalg.LinAlgError:
+            # LAPACK's divide-and-conquer (syevd) can fail to converge on ill-conditioned covariances of real
+            # backbones (seen: EfficientNet-Lite2 features); the relatively robust representation driver does not.
+            from scipy.linalg import eigh as scipy_eigh
+
+            w, v = scipy_eigh(sym.cpu().numpy(), driver="evr")
+            evals, evecs = torch.from_numpy(w).to(c.device), torch.from_numpy(v).to(c.device)
     keep = evals > eig_tol
     return evals[keep], evecs[:, keep]
 
@@ -142,7 +160,8 @@ def _pdas_box_qp(p: Tensor, b: Tensor, beta: float, z0: Tensor, c: float, rank: 
             break
         seen.add(key)
         free = ~(up | lo)
-        z = torch.where(up, beta, torch.where(lo, -beta, 0.0)).to(F64)
+        z = torch.zeros_like(b)
+        z[up], z[lo] = beta, -beta
         if free.any():
             pf = p[free][:, free]
             rhs = (b[free] - p[free][:, ~free] @ z[~free])[:, None]
@@ -192,7 +211,8 @@ def _linf_solve(mu: Tensor, sig: Tensor, f: Tensor, budgets: list[float],
             z_new = _pdas_box_qp(p, b, beta, z, float(sig.min()), sig.numel())
             if z_new is None:
                 a = (f / sig.sqrt()).T.cpu().numpy()
-                x = lsq_linear(a, a @ mu.cpu().numpy(), bounds=(-beta, beta), method="bvls", tol=1e-13).x
+                with _blas_threads(torch.get_num_threads()):
+                    x = lsq_linear(a, a @ mu.cpu().numpy(), bounds=(-beta, beta), method="bvls", tol=1e-13).x
                 z_new = torch.as_tensor(x, dtype=F64, device=mu.device)
             z = z_new
         results[beta] = z

@@ -19,16 +19,19 @@ def _validate(model, devices: int) -> dict[str, float]:
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
-def test_two_process_validation_equals_one_process(lite0) -> None:
+def test_two_process_validation_equals_one_process() -> None:
+    from src.backbones import create_backbone
+
     torch.manual_seed(0)
-    model = RobustLinearProbe(backbone=lite0, num_classes=10, epsilon=0.0, eval_epsilons=[0.25],
+    backbone = create_backbone("timm:test_efficientnet", pretrained=False)
+    model = RobustLinearProbe(backbone=backbone, num_classes=10, epsilon=0.0, eval_epsilons=[0.25],
                               eval_attack={"steps": 1}, scheduler=None)
     # a head that is not trivially at chance: fit it briefly on one process first
     L.Trainer(accelerator="cpu", max_epochs=1, logger=False, enable_progress_bar=False, enable_checkpointing=False,
               inference_mode=False, limit_val_batches=0).fit(model, datamodule=DigitsDataModule(image_size=32, seed=0))
     one = _validate(model, 1)
     two = _validate(model, 2)
-    assert 0.3 < one["val/acc"] < 1.0
+    assert 0.2 < one["val/acc"] < 1.0
     # 539 validation samples are split 270/269 with no padding duplicates: the counts are exact
     assert two["val/acc"] == pytest.approx(one["val/acc"], abs=1e-6)
     assert two["val/adv/acc_l2_0p25"] == pytest.approx(one["val/adv/acc_l2_0p25"], abs=1e-6)

@@ -8,8 +8,17 @@ import pytest
 from src.train import train
 
 EXPERIMENTS = sorted(p.stem for p in (Path(__file__).resolve().parents[2] / "configs" / "experiment").glob("*.yaml"))
-FAST = ["debug=fast_dev_run", "data.image_size=32", "data.batch_size=8", "callbacks=none",
-        "model.eval_attack.steps=1", "attack.steps=1"]
+FAST = ["debug=fast_dev_run", "data.image_size=32", "data.batch_size=8", "callbacks=none", "attack.steps=1"]
+
+
+def _fast(cfg):
+    """One PGD step wherever the model attacks (probe models only)."""
+    from omegaconf import open_dict
+
+    with open_dict(cfg):
+        if "eval_attack" in cfg.model:
+            cfg.model.eval_attack.steps = 1
+    return cfg
 
 
 def test_experiment_list_is_not_empty() -> None:
@@ -19,14 +28,14 @@ def test_experiment_list_is_not_empty() -> None:
 @pytest.mark.parametrize("experiment", [None, *EXPERIMENTS])
 def test_experiment_fast_dev_run(make_cfg, experiment) -> None:
     overrides = list(FAST) + ([f"experiment={experiment}"] if experiment else [])
-    cfg = make_cfg(overrides)
+    cfg = _fast(make_cfg(overrides))
     metrics, objs = train(cfg)
     assert objs["trainer"].state.finished
     assert "train/loss" in metrics and all(v == v for v in metrics.values())  # finite, no NaN
 
 
 def test_overrides_reach_the_model(make_cfg) -> None:
-    cfg = make_cfg(FAST + ["model.epsilon=0.25", "backbone=timm_tiny_random", "trainer.max_epochs=3"])
+    cfg = _fast(make_cfg(FAST + ["model.epsilon=0.25", "backbone=timm_tiny_random", "trainer.max_epochs=3"]))
     assert cfg.model.epsilon == 0.25 and cfg.backbone.name == "timm:test_efficientnet"
     _, objs = train(cfg)
     assert objs["model"].epsilon == 0.25 and objs["model"].backbone.name == "timm:test_efficientnet"

@@ -80,16 +80,16 @@ def test_l2_special_cases():
         torch.testing.assert_close(W[i], w, rtol=1e-12, atol=1e-14)
 
 
-@pytest.mark.parametrize("rank", [None, 4])
+@pytest.mark.parametrize("d,rank", [(7, None), (7, 4), (40, None)])
 @pytest.mark.parametrize("eps", [0.1, 0.5])
-def test_linf_against_scipy(rank, eps):
-    cov, mu = _spd(7, 3, seed=5, rank=rank)
+def test_linf_against_scipy(d, rank, eps):
+    cov, mu = _spd(d, 3, seed=5, rank=rank)
     w, z = robust_bayes_direction(mu, cov, eps, norm="linf")
     p, _ = _pinv(cov.numpy())
     m = mu.numpy()
     beta = eps * np.abs(m).max()
     obj = lambda x: (m - x) @ p @ (m - x)  # noqa: E731
-    ref = minimize(obj, np.zeros(7), jac=lambda x: -2 * p @ (m - x), method="L-BFGS-B", bounds=[(-beta, beta)] * 7,
+    ref = minimize(obj, np.zeros(d), jac=lambda x: -2 * p @ (m - x), method="L-BFGS-B", bounds=[(-beta, beta)] * d,
                    options={"ftol": 1e-15, "gtol": 1e-12, "maxiter": 5000})
     zn = z.numpy()
     assert np.abs(zn).max() <= beta * (1 + 1e-12)
@@ -194,3 +194,17 @@ def test_bad_inputs():
     zw, yw = _gaussian_features(30, 50, 7)
     acc, bnd = evaluate_representation(zw, yw, zw, yw, [0.0, 0.3])
     assert torch.isfinite(acc).all() and torch.isfinite(bnd).all() and (acc > 0.5).all()
+
+
+def test_linf_bvls_fallback_agrees(monkeypatch):
+    # The exact BVLS fallback (used when the active-set iteration does not certify its KKT conditions) gives the
+    # same classifier as the primary path, on full-rank and singular covariances.
+    import src.synbench.bayes as bayes
+
+    for rank in (None, 12):
+        cov, mu = _spd(20, 3, seed=8, rank=rank)
+        w_fast, _ = robust_bayes_directions(mu, cov, [0.1, 0.4, 0.7], norm="linf")
+        with monkeypatch.context() as m:
+            m.setattr(bayes, "_pdas_box_qp", lambda *a, **k: None)
+            w_slow, _ = robust_bayes_directions(mu, cov, [0.1, 0.4, 0.7], norm="linf")
+        torch.testing.assert_close(w_fast, w_slow, rtol=1e-7, atol=1e-9 * float(w_fast.abs().max()))
