@@ -40,9 +40,9 @@ cells = [
        "drops; b(a) falls towards 1 as the classes separate."),
     md("## Figure 3: E(a_t) curves of the embedded EfficientNet-Lite backbones\n"
        "`compare_backbones` runs `synbench()` (Algorithm 1) on each backbone. Reduced budget here: 32×32 synthetic "
-       "images, 6 values of s, 2048 training + 512 test samples per s."),
+       "images, 4 values of s, 1536 training + 256 test samples per s (more samples than the 1280 feature dimensions)."),
     code("from src.synbench.compare import compare_backbones, comparison_figures, comparison_markdown\n"
-         "budget = dict(s_values=[0.5, 1.0, 2.0, 3.0, 4.0, 4.9], n_train=2048, n_test=512, a_T=[0.7], "
+         "budget = dict(s_values=[1.0, 2.0, 3.0, 4.9], n_train=1536, n_test=256, a_T=[0.7], "
          "eps=[0.0, 0.2, 0.4, 0.6, 0.8])\n"
          "results = compare_backbones(['embedded:efficientnet_lite0', 'embedded:efficientnet_lite1', "
          "'embedded:efficientnet_lite2'], budget, input_size=32)\n"
