@@ -188,3 +188,19 @@ def test_bad_arguments_raise():
         DigitsDataModule(val_fraction=1.0)
     with pytest.raises(ValueError):
         DigitsDataModule(interpolation="lanczos")
+
+
+def test_precomputed_and_lazy_upsampling_agree(monkeypatch) -> None:
+    from src.data.digits import UpsampledDigits, load_digits_tensors
+
+    images, labels = load_digits_tensors()
+    eager = UpsampledDigits(images[:40], labels[:40], 24)
+    assert eager.upsampled is not None
+    monkeypatch.setattr(UpsampledDigits, "PRECOMPUTE_MAX_SIZE", 0)
+    lazy = UpsampledDigits(images[:40], labels[:40], 24)
+    assert lazy.upsampled is None
+    for i in (0, 17, 39):
+        x_e, y_e = eager[i]
+        x_l, y_l = lazy[i]
+        assert y_e == y_l and x_e.shape == x_l.shape == (3, 24, 24)
+        torch.testing.assert_close(x_e, x_l, rtol=0, atol=1e-6)
