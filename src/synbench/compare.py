@@ -60,7 +60,6 @@ def comparison_figures(results: Mapping[str, SynBenchResult]) -> dict[str, Any]:
         ax.plot(c["a_t"], c["eps"][res.eps[0]], label=f"{name}, ε={res.eps[0]:g}")
     ax.set_xlabel("threshold accuracy $a_t$")
     ax.set_ylabel("expected scaled bound $E(a_t)$")
-    ax.set_yscale("log")
     ax.legend(fontsize=7)
     ax.set_title("SynBench: robustness-accuracy curves")
     fig2 = Figure(figsize=(5.5, 4))
