@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from typing import Iterator, Sequence
 
+import lightning as L
 import numpy as np
 import torch
 from torch import Tensor
@@ -157,3 +158,29 @@ def check_num_classes(expected: int | None, actual: int, name: str) -> None:
     """The config's ``data.num_classes`` (feeds ``model.num_classes``) must match the data."""
     if expected is not None and int(expected) != int(actual):
         raise ValueError(f"{name} has {actual} classes but data.num_classes={expected}; set data.num_classes={actual}")
+
+
+class SplitsDataModule(L.LightningDataModule):
+    """Base for RepBench data modules: subclasses fill ``train_dataset``/``val_dataset``/``test_dataset`` in
+    ``setup`` and set ``batch_size``, ``seed``, ``num_workers``; the loaders follow :func:`make_loader`'s policy
+    (seeded, resumable training order; exact, duplicate-free evaluation shards under DDP)."""
+
+    train_dataset: Dataset | None = None
+    val_dataset: Dataset | None = None
+    test_dataset: Dataset | None = None
+    batch_size: int = 64
+    seed: int = 0
+    num_workers: int = 0
+
+    def _loader(self, split: str, shuffle: bool) -> DataLoader:
+        self.setup()
+        return make_loader(getattr(self, f"{split}_dataset"), self.batch_size, shuffle, self.seed, self.num_workers)
+
+    def train_dataloader(self) -> DataLoader:
+        return self._loader("train", True)
+
+    def val_dataloader(self) -> DataLoader:
+        return self._loader("val", False)
+
+    def test_dataloader(self) -> DataLoader:
+        return self._loader("test", False)

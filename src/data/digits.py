@@ -1,14 +1,13 @@
 """scikit-learn's bundled digits (1797 gray 8x8 images, 10 classes) as [0, 1] RGB images: the offline default set."""
 from __future__ import annotations
 
-import lightning as L
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import Dataset
 
-from .common import IndexedDataset, check_num_classes, make_loader, stratified_split
+from .common import IndexedDataset, SplitsDataModule, check_num_classes, stratified_split
 
 __all__ = ["DigitsDataModule", "UpsampledDigits", "upsample_digits"]
 
@@ -77,7 +76,7 @@ def load_digits_tensors() -> tuple[Tensor, Tensor]:
     return images, torch.from_numpy(np.asarray(bunch.target, dtype=np.int64))
 
 
-class DigitsDataModule(L.LightningDataModule):
+class DigitsDataModule(SplitsDataModule):
     """scikit-learn digits as a LightningDataModule; batches ``(x, y, index)`` with x (B, 3, S, S) in [0, 1].
 
     Split: stratified and fixed by ``seed``: train ``1 - val_fraction`` (70%) / val ``val_fraction`` (30%). The data
@@ -132,15 +131,3 @@ class DigitsDataModule(L.LightningDataModule):
 
     def _split_dataset(self, images: Tensor, labels: Tensor, idx: Tensor) -> IndexedDataset:
         return IndexedDataset(UpsampledDigits(images[idx], labels[idx], self.image_size, self.interpolation))
-
-    def train_dataloader(self) -> DataLoader:
-        self.setup()
-        return make_loader(self.train_dataset, self.batch_size, True, self.seed, self.num_workers)
-
-    def val_dataloader(self) -> DataLoader:
-        self.setup()
-        return make_loader(self.val_dataset, self.batch_size, False, self.seed, self.num_workers)
-
-    def test_dataloader(self) -> DataLoader:
-        self.setup()
-        return make_loader(self.test_dataset, self.batch_size, False, self.seed, self.num_workers)

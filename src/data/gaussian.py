@@ -6,18 +6,17 @@ can be compared with. Samples come from :mod:`src.synbench.sampling` (seeded, in
 """
 from __future__ import annotations
 
-import lightning as L
 import torch
-from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data import TensorDataset
 
 from src.synbench.sampling import sample
 
-from .common import IndexedDataset, make_loader
+from .common import IndexedDataset, SplitsDataModule
 
 __all__ = ["GaussianTaskDataModule"]
 
 
-class GaussianTaskDataModule(L.LightningDataModule):
+class GaussianTaskDataModule(SplitsDataModule):
     """Args: ``s`` separation (> 0), ``image_size`` (3, S, S inputs), ``n_train``/``n_val`` samples, ``mean_offset``
     (pixel mean, official 0.5), ``class_prior`` τ, ``seed``. Values leave [0, 1] on purpose (no clipping); probes need
     ``check_input_range=False``. Test = val."""
@@ -32,7 +31,7 @@ class GaussianTaskDataModule(L.LightningDataModule):
             raise ValueError(f"the Gaussian task is binary: num_classes must be 2, got {num_classes}")
         self.save_hyperparameters()
         self.num_classes = 2
-        self._train = self._val = None
+        self.batch_size, self.seed, self.num_workers = int(batch_size), int(seed), int(num_workers)
 
     @property
     def bayes_accuracy(self) -> float:
@@ -46,15 +45,6 @@ class GaussianTaskDataModule(L.LightningDataModule):
         return IndexedDataset(TensorDataset(x, y))
 
     def setup(self, stage: str | None = None) -> None:
-        if self._train is None:
-            self._train = self._split(int(self.hparams.n_train), "train")
-            self._val = self._split(int(self.hparams.n_val), "test")
-
-    def train_dataloader(self) -> DataLoader:
-        return make_loader(self._train, self.hparams.batch_size, shuffle=True, seed=self.hparams.seed,
-                           num_workers=self.hparams.num_workers)
-
-    def val_dataloader(self) -> DataLoader:
-        return make_loader(self._val, self.hparams.batch_size, shuffle=False, num_workers=self.hparams.num_workers)
-
-    test_dataloader = val_dataloader
+        if self.train_dataset is None:
+            self.train_dataset = self._split(int(self.hparams.n_train), "train")
+            self.val_dataset = self.test_dataset = self._split(int(self.hparams.n_val), "test")

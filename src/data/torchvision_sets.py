@@ -19,13 +19,12 @@ from pathlib import Path
 from typing import Any, Callable
 from urllib.parse import urlparse
 
-import lightning as L
 import torch
 from torch.utils.data import DataLoader, Dataset
 
 from src.utils.network import offline_reason as _offline_reason
 
-from .common import check_num_classes, IndexedDataset, make_loader, stratified_split
+from .common import IndexedDataset, SplitsDataModule, check_num_classes, stratified_split
 
 __all__ = ["DatasetNotFoundError", "TorchvisionDataModule", "build_transform", "DATASETS"]
 
@@ -175,7 +174,7 @@ def open_image_folder(root: str | Path) -> Dataset:
         raise DatasetNotFoundError(f"imagefolder: no usable images in {root.resolve()} ({err}). Fix: {fix}") from err
 
 
-class TorchvisionDataModule(L.LightningDataModule):
+class TorchvisionDataModule(SplitsDataModule):
     """cifar10, cifar100, svhn, stl10, food101, imagenette (320px) or an image folder; batches ``(x, y, index)``.
 
     See the module docstring for splits, transforms and offline behaviour. ``num_classes`` is known before ``setup``
@@ -264,15 +263,3 @@ class TorchvisionDataModule(L.LightningDataModule):
             test = val if held_out is None else _TransformedSubset(held_out, None, self._eval_tf)
         self.train_dataset, self.val_dataset = IndexedDataset(train), IndexedDataset(val)
         self.test_dataset = self.val_dataset if test is val else IndexedDataset(test)
-
-    def train_dataloader(self) -> DataLoader:
-        self.setup()
-        return make_loader(self.train_dataset, self.batch_size, True, self.seed, self.num_workers)
-
-    def val_dataloader(self) -> DataLoader:
-        self.setup()
-        return make_loader(self.val_dataset, self.batch_size, False, self.seed, self.num_workers)
-
-    def test_dataloader(self) -> DataLoader:
-        self.setup()
-        return make_loader(self.test_dataset, self.batch_size, False, self.seed, self.num_workers)
