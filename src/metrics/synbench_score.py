@@ -24,8 +24,8 @@ from torchmetrics import Metric
 from src.synbench.bayes import (LinearClassifiers, TrainStats, classifier_from_statistics, finalize_test_statistics,
                                 test_statistics)
 from src.synbench.config import SynBenchConfig
-from src.synbench.runner import SynBenchResult, pixel_transform, resolve_backbone_mean_std
-from src.synbench.sampling import banded_cholesky, banded_margin_scale, sample_chunk
+from src.synbench.runner import SynBenchResult, reference_prior, sampling_plan
+from src.synbench.sampling import sample_chunk
 from src.synbench.theory import reference_curve
 from src.utils import format_eps
 
@@ -58,7 +58,7 @@ class SynBenchScore(Metric):
         super().__init__(**kwargs)
         self.config = config or SynBenchConfig()
         self.input_shape = tuple(int(v) for v in input_shape)
-        tau = self.config.class_prior if self.config.prior_correction else 0.5
+        tau = reference_prior(self.config)
         ref_a, ref_b = reference_curve(torch.tensor(self.config.s_values, dtype=F64), tau, margin_scale)
         self.ref_a, self.ref_b = ref_a.cpu(), ref_b.cpu()
         n_s, n_e = len(self.config.s_values), len(self.config.eps)
@@ -89,7 +89,7 @@ class SynBenchScore(Metric):
         for t in (st.count, st.sum, st.sum_outer):
             _all_reduce_sum(t)
         cfg = self.config
-        tau = cfg.class_prior if cfg.prior_correction else 0.5
+        tau = reference_prior(cfg)
         clf = classifier_from_statistics(st, cfg.eps, cfg.eps_mode, norm=cfg.norm, eig_tol=cfg.eig_tol,
                                          cov_divisor=cfg.cov_divisor, class_prior=tau)
         self.feature_dim = st.shift.numel()
@@ -158,12 +158,7 @@ def synbench_distributed(feature_fn: Callable[[Tensor], Tensor], input_shape: Se
     reproduces the runner exactly; the feature function runs under ``torch.no_grad`` in the caller's mode.
     """
     cfg, shape = config, tuple(int(v) for v in input_shape)
-    n_pix = math.prod(shape[1:])
-    factor = banded_cholesky(cfg.band, n_pix) if cfg.covariance == "banded" else None
-    kappa = banded_margin_scale(cfg.band, n_pix, factor) if factor is not None else 1.0
-    affine = pixel_transform(cfg.normalization, shape[0], resolve_backbone_mean_std(feature_fn, None, shape[0]))
-    common = dict(input_shape=shape, seed=cfg.seed, chunk_size=cfg.chunk_size, mean_offset=cfg.mean_offset,
-                  class_prior=cfg.class_prior, factor=factor, channel_affine=affine)
+    common, kappa = sampling_plan(cfg, shape, feature_fn)
     metric = SynBenchScore(cfg, margin_scale=kappa, input_shape=shape).to(device)
     with torch.no_grad():
         for i, s in enumerate(cfg.s_values):

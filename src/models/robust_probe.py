@@ -20,7 +20,7 @@ from torchmetrics.classification import MulticlassAccuracy
 from src.attacks import pgd_attack
 from src.backbones import Backbone, check_images, create_backbone
 from src.utils import format_eps
-from src.utils.checkpoint import MODULE_KEY
+from src.utils.checkpoint import record_module_class
 
 from .feature_cache import FeatureCache
 
@@ -254,7 +254,7 @@ class RobustLinearProbe(L.LightningModule):
             lg.log_metrics(metrics, step=0)
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        checkpoint[MODULE_KEY] = f"{type(self).__module__}:{type(self).__qualname__}"
+        record_module_class(self, checkpoint)
 
     def configure_optimizers(self) -> Any:
         params = self.head.parameters()

@@ -11,6 +11,7 @@ from torch import Tensor, nn
 from torchmetrics.classification import MulticlassAccuracy
 
 from src.backbones import Backbone, check_images
+from src.utils.checkpoint import record_module_class
 
 from .robust_probe import _unpack, build_backbone
 
@@ -62,9 +63,7 @@ class SupervisedPretraining(L.LightningModule):
         self.log("val/acc", self.val_acc, prog_bar=True, batch_size=len(y))
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        from src.utils.checkpoint import MODULE_KEY
-
-        checkpoint[MODULE_KEY] = f"{type(self).__module__}:{type(self).__qualname__}"
+        record_module_class(self, checkpoint)
 
     def configure_optimizers(self) -> Any:
         opt = torch.optim.AdamW(self.parameters(), lr=self.hparams.lr, weight_decay=self.hparams.weight_decay)

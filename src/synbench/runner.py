@@ -14,6 +14,8 @@ from typing import Any, Callable, Iterator, Sequence
 import numpy as np
 import torch
 
+from src.utils.modes import eval_mode
+
 from .bayes import TrainStats, classifier_from_statistics, finalize_test_statistics, test_statistics, torch_threads
 from .config import IMAGENET_MEAN, IMAGENET_STD, SynBenchConfig
 from .sampling import banded_cholesky, banded_margin_scale, iter_samples
@@ -64,21 +66,11 @@ def pixel_transform(normalization: str, channels: int,
     return (s_bb / s_in).float(), (m_bb - m_in * s_bb / s_in).float()
 
 
-@contextlib.contextmanager
-def _eval_mode(feature_fn: Any) -> Iterator[None]:
+def _eval_mode(feature_fn: Any) -> contextlib.AbstractContextManager:
     """Frozen means frozen: an nn.Module behind ``feature_fn`` (``bb.embed`` or ``bb``) runs in eval mode
-    (no BatchNorm batch statistics or running-stat drift) and gets its previous mode back afterwards."""
+    (no BatchNorm batch statistics or running-stat drift) and gets every submodule's mode back afterwards."""
     owner = getattr(feature_fn, "__self__", feature_fn)
-    if not isinstance(owner, torch.nn.Module):
-        yield
-        return
-    modes = [(m, m.training) for m in owner.modules()]
-    owner.eval()
-    try:
-        yield
-    finally:
-        for m, mode in modes:
-            m.training = mode
+    return eval_mode(owner) if isinstance(owner, torch.nn.Module) else contextlib.nullcontext()
 
 
 @contextlib.contextmanager
@@ -134,6 +126,29 @@ def _run_one_s(feature_fn: Callable[[Tensor], Tensor], s: float, cfg: SynBenchCo
     return a.cpu(), b.cpu(), dim
 
 
+def reference_prior(cfg: SynBenchConfig) -> float:
+    """τ of the reference and of the classifier threshold: the class prior with ``prior_correction``, else 0.5."""
+    return cfg.class_prior if cfg.prior_correction else 0.5
+
+
+def sampling_plan(cfg: SynBenchConfig, shape: Sequence[int], feature_fn: Any,
+                  backbone_mean_std: MeanStd | None = None, device: Any = "cpu") -> tuple[dict[str, Any], float]:
+    """(keyword arguments of :func:`~src.synbench.sampling.sample_chunk` for this protocol, margin scale κ).
+
+    One place decides the samples (seed, chunks, mean offset, prior, Gaussian-H factor, normalisation folded into
+    the sampling), so the runner and the sharded metric draw identical data.
+    """
+    shape = tuple(int(v) for v in shape)
+    affine = pixel_transform(cfg.normalization, shape[0],
+                             resolve_backbone_mean_std(feature_fn, backbone_mean_std, shape[0]))
+    n_pix = math.prod(shape[1:])
+    factor = banded_cholesky(cfg.band, n_pix) if cfg.covariance == "banded" else None
+    kappa = banded_margin_scale(cfg.band, n_pix, factor) if factor is not None else 1.0
+    common = dict(input_shape=shape, seed=cfg.seed, chunk_size=cfg.chunk_size, mean_offset=cfg.mean_offset,
+                  class_prior=cfg.class_prior, factor=factor, channel_affine=affine, device=device)
+    return common, kappa
+
+
 def synbench(feature_fn: Callable[[Tensor], Tensor], *, input_shape: Sequence[int],
              config: SynBenchConfig | None = None, device: Any = "cpu", progress: bool = False,
              backbone_mean_std: MeanStd | None = None) -> "SynBenchResult":
@@ -147,16 +162,10 @@ def synbench(feature_fn: Callable[[Tensor], Tensor], *, input_shape: Sequence[in
     cfg = config or SynBenchConfig()
     shape = tuple(int(v) for v in input_shape)
     dev = torch.device(device)
-    inner_norm = resolve_backbone_mean_std(feature_fn, backbone_mean_std, shape[0])
-    affine = pixel_transform(cfg.normalization, shape[0], inner_norm)
-    n_pix = math.prod(shape[1:])
-    factor = banded_cholesky(cfg.band, n_pix) if cfg.covariance == "banded" else None
-    kappa = banded_margin_scale(cfg.band, n_pix, factor) if factor is not None else 1.0
-    tau = cfg.class_prior if cfg.prior_correction else 0.5
+    common, kappa = sampling_plan(cfg, shape, feature_fn, backbone_mean_std,
+                                  dev if cfg.sample_on_device else torch.device("cpu"))
+    tau = reference_prior(cfg)
     ref_a, ref_b = reference_curve(np.asarray(cfg.s_values), tau, kappa)
-    common = dict(input_shape=shape, seed=cfg.seed, chunk_size=cfg.chunk_size, mean_offset=cfg.mean_offset,
-                  class_prior=cfg.class_prior, factor=factor, channel_affine=affine,
-                  device=dev if cfg.sample_on_device else torch.device("cpu"))
     acc = torch.zeros(len(cfg.s_values), len(cfg.eps), dtype=torch.float64)
     bnd = torch.zeros_like(acc)
     clock, dim, t_start = [0.0], 0, time.perf_counter()

@@ -7,9 +7,15 @@ from typing import Any
 
 import torch
 
-__all__ = ["MODULE_KEY", "load_module"]
+__all__ = ["MODULE_KEY", "load_module", "record_module_class"]
 
 MODULE_KEY = "repbench_module"  # checkpoint entry naming the LightningModule class ("package.module:Class")
+
+
+def record_module_class(module: Any, checkpoint: dict[str, Any]) -> None:
+    """Store the module's class in the checkpoint (call from ``on_save_checkpoint``) so :func:`load_module` can
+    rebuild it without being told the class."""
+    checkpoint[MODULE_KEY] = f"{type(module).__module__}:{type(module).__qualname__}"
 
 
 def load_module(ckpt_path: str | Path, map_location: str | torch.device = "cpu", **overrides: Any):
