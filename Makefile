@@ -11,7 +11,7 @@ ARGS   ?=
 export HF_HUB_OFFLINE ?= 1
 export PYTHONHASHSEED ?= 0
 
-.PHONY: setup train test test-fast synbench benchmark clean-logs
+.PHONY: setup train test test-fast lint format benchmark clean-logs
 
 setup: $(STAMP)
 
@@ -25,8 +25,17 @@ $(STAMP): pyproject.toml constraints.txt
 train: $(STAMP)
 	$(PY) -m src.train $(ARGS)
 
-test: $(STAMP)
+# The README test command: lint + format check, then the whole suite (slow tests included).
+test: lint
 	$(PY) -m pytest -q $(ARGS)
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+format: $(STAMP)
+	$(VENV)/bin/ruff check --fix .
+	$(VENV)/bin/ruff format .
 
 test-fast: $(STAMP)
 	$(PY) -m pytest -q -m "not slow" $(ARGS)

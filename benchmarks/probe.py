@@ -5,6 +5,7 @@
 
     python -m benchmarks.probe [--image-size 64] [--epochs 3] [--pgd-steps 3 10]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -33,8 +34,16 @@ def _fit(backbone, dm, *, epochs: int, cache: bool) -> list[float]:
 
     model = RobustLinearProbe(backbone=backbone, num_classes=10, epsilon=0.0, feature_cache=cache, scheduler=None)
     timer = _EpochTimer()
-    L.Trainer(max_epochs=epochs, accelerator="cpu", logger=False, enable_checkpointing=False, enable_progress_bar=False,
-              enable_model_summary=False, limit_val_batches=0, callbacks=[timer]).fit(model, datamodule=dm)
+    L.Trainer(
+        max_epochs=epochs,
+        accelerator="cpu",
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        limit_val_batches=0,
+        callbacks=[timer],
+    ).fit(model, datamodule=dm)
     return timer.times
 
 
@@ -64,7 +73,9 @@ def main() -> None:
 
     bb = create_backbone(args.backbone).eval()
     dm = DigitsDataModule(image_size=args.image_size, batch_size=args.batch_size, seed=0)
-    print(f"backbone {args.backbone}, digits at {args.image_size}px, batch {args.batch_size}, torch threads {torch.get_num_threads()}")
+    print(
+        f"backbone {args.backbone}, digits at {args.image_size}px, batch {args.batch_size}, torch threads {torch.get_num_threads()}"
+    )
 
     no_cache = _fit(bb, dm, epochs=args.epochs, cache=False)
     cache = _fit(bb, dm, epochs=args.epochs, cache=True)
@@ -95,9 +106,11 @@ def main() -> None:
         opt.step()
 
     base = _time(clean_step, args.repeats)
-    print(f"\n2. training step, batch {len(y)}: clean forward+backward through the backbone = {base * 1e3:.0f} ms (1.0x)")
+    print(
+        f"\n2. training step, batch {len(y)}: clean forward+backward through the backbone = {base * 1e3:.0f} ms (1.0x)"
+    )
     for k in args.pgd_steps:
-        t = _time(lambda: pgd_step(k), args.repeats)
+        t = _time(lambda k=k: pgd_step(k), args.repeats)
         print(f"   PGD-{k} step: {t * 1e3:.0f} ms = {t / base:.2f}x the clean step")
 
 

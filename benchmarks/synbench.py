@@ -15,6 +15,7 @@ warm-up forward, plus the process-wide ``ru_maxrss``.
 Backbone: ``src.backbones.create_backbone("embedded:efficientnet_lite0")`` when importable, else
 ``timm.create_model("resnet18", pretrained=False, num_classes=0)`` with ImageNet normalisation.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -42,7 +43,7 @@ def load_backbone(name: str):
 
         bb = create_backbone(name).eval()
         return bb.embed, f"{name} (D={bb.embed_dim})"
-    except Exception as err:  # noqa: BLE001 - any failure falls back to an offline timm model
+    except Exception as err:
         import timm
 
         from src.synbench.config import IMAGENET_MEAN, IMAGENET_STD
@@ -90,8 +91,12 @@ def memory_probe(args: argparse.Namespace) -> None:
     with torch.inference_mode():
         fn(torch.randn(args.memory_n, *shape))
     k = args.memory_probe
-    cfg = SynBenchConfig(s_values=tuple(round(4.8 * (i + 1) / k, 6) for i in range(k)), n_train=args.memory_n,
-                         n_test=args.memory_n, batch_size=args.memory_n)
+    cfg = SynBenchConfig(
+        s_values=tuple(round(4.8 * (i + 1) / k, 6) for i in range(k)),
+        n_train=args.memory_n,
+        n_test=args.memory_n,
+        batch_size=args.memory_n,
+    )
     proc = psutil.Process()
     base = proc.memory_info().rss
     peak, stop = [base], threading.Event()
@@ -109,8 +114,15 @@ def memory_probe(args: argparse.Namespace) -> None:
     peak[0] = max(peak[0], proc.memory_info().rss)
     import resource
 
-    print(json.dumps({"k": k, "delta_mib": (peak[0] - base) / 2**20,
-                      "ru_maxrss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+    print(
+        json.dumps(
+            {
+                "k": k,
+                "delta_mib": (peak[0] - base) / 2**20,
+                "ru_maxrss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+            }
+        )
+    )
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -145,28 +157,44 @@ def main(argv: list[str] | None = None) -> None:
         inner = min(inner, res.timings["forward_s"])
     mem = []
     for m in args.memory_s:
-        cmd = [sys.executable, str(Path(__file__).resolve()), "--memory-probe", str(m), "--backbone", args.backbone,
-               "--image-size", str(args.image_size), "--memory-n", str(args.memory_n)]
+        cmd = [
+            sys.executable,
+            str(Path(__file__).resolve()),
+            "--memory-probe",
+            str(m),
+            "--backbone",
+            args.backbone,
+            "--image-size",
+            str(args.image_size),
+            "--memory-n",
+            str(args.memory_n),
+        ]
         out = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
         line = [ln for ln in out.stdout.splitlines() if ln.startswith("{")]
         mem.append(json.loads(line[-1]) if line else {"k": m, "error": out.stderr.strip().splitlines()[-1:]})
 
     n_img = sum(sizes)
-    print(f"\nSynBench benchmark: {desc}, input {shape}, {k} s values x ({args.n} train + {args.n} test) = "
-          f"{n_img} images, batch {args.batch_size}, {torch.get_num_threads()} threads, eps grid {len(cfg.eps)}")
+    print(
+        f"\nSynBench benchmark: {desc}, input {shape}, {k} s values x ({args.n} train + {args.n} test) = "
+        f"{n_img} images, batch {args.batch_size}, {torch.get_num_threads()} threads, eps grid {len(cfg.eps)}"
+    )
     print("| quantity | value |\n| --- | --- |")
     print(f"| (b) bare forwards, same images | {bare:.2f} s ({n_img / bare:.1f} img/s) |")
     print(f"| (a) synbench() total | {total:.2f} s |")
     print(f"| ratio (a)/(b) (target <= 1.10) | {total / bare:.3f} |")
     print(f"| in-run: time inside feature_fn | {inner:.2f} s |")
-    print(f"| in-run: everything else (sampling, stats, eigh, eps solves) | {total - inner:.2f} s "
-          f"({(total - inner) / total:.1%} of total) |")
+    print(
+        f"| in-run: everything else (sampling, stats, eigh, eps solves) | {total - inner:.2f} s "
+        f"({(total - inner) / total:.1%} of total) |"
+    )
     for m in mem:
         if "error" in m:
             print(f"| peak RSS, {m['k']} s values | failed: {m['error']} |")
         else:
-            print(f"| peak RSS above baseline, {m['k']} s values (n={args.memory_n}) | {m['delta_mib']:.1f} MiB "
-                  f"(ru_maxrss {m['ru_maxrss_mib']:.0f} MiB) |")
+            print(
+                f"| peak RSS above baseline, {m['k']} s values (n={args.memory_n}) | {m['delta_mib']:.1f} MiB "
+                f"(ru_maxrss {m['ru_maxrss_mib']:.0f} MiB) |"
+            )
     if res is not None:
         try:
             print(f"\nscore (eps = 0, a_T = {cfg.a_T[0]}): {res.score(0.0):.3f}; best eps {res.best_eps()}")

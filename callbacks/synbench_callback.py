@@ -7,10 +7,12 @@ only its chunks of every split), and the score is a :class:`~src.metrics.SynBenc
 so the logged numbers do not depend on the number of processes. Logs ``val/synbench/score`` (ε = eps[0]),
 ``val/synbench/score_eps_<ε>``, ``val/synbench/best_eps`` and the E(a_t) curves as a TensorBoard figure.
 """
+
 from __future__ import annotations
 
 import hashlib
-from typing import Any, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import lightning as L
 import torch
@@ -23,8 +25,15 @@ from src.utils.modes import eval_mode
 __all__ = ["SynBenchCallback", "weights_fingerprint"]
 
 # A budget that fits inside a CPU training epoch; SynBenchConfig() is the full official protocol.
-CALLBACK_DEFAULTS = dict(s_values=(0.2, 0.4, 0.6, 0.8, 1.0, 1.5, 2.0, 3.0), n_train=256, n_test=256,
-                         eps=(0.0, 0.2, 0.4, 0.6, 0.8), a_T=(0.7,), batch_size=128, chunk_size=128)
+CALLBACK_DEFAULTS = dict(
+    s_values=(0.2, 0.4, 0.6, 0.8, 1.0, 1.5, 2.0, 3.0),
+    n_train=256,
+    n_test=256,
+    eps=(0.0, 0.2, 0.4, 0.6, 0.8),
+    a_T=(0.7,),
+    batch_size=128,
+    chunk_size=128,
+)
 
 
 def weights_fingerprint(module: nn.Module) -> str:
@@ -38,20 +47,26 @@ def weights_fingerprint(module: nn.Module) -> str:
 
 class SynBenchCallback(L.Callback):
     """Args:
-        every_n_epochs: compute at the end of every N-th training epoch (and after the last one).
-        input_size: side (int) or (C, H, W) of the synthetic images (the compute budget; 32 by default).
-        config: a :class:`SynBenchConfig` or a mapping of its fields; unspecified fields use the callback budget
-            ``CALLBACK_DEFAULTS`` (8 s values, 256 + 256 samples per s, ε ∈ {0, …, 0.8}, a_T = 0.7).
-        feature_fn: ``(pl_module, x) -> (N, D)``; default ``pl_module.backbone.embed`` (or ``backbone(x)``).
-        skip_unchanged: do not recompute when the backbone's weights did not change (a frozen probe needs it once).
-        log_figure: add the E(a_t) curves to TensorBoard.
-        prefix: log-name prefix (``val/synbench``).
+    every_n_epochs: compute at the end of every N-th training epoch (and after the last one).
+    input_size: side (int) or (C, H, W) of the synthetic images (the compute budget; 32 by default).
+    config: a :class:`SynBenchConfig` or a mapping of its fields; unspecified fields use the callback budget
+        ``CALLBACK_DEFAULTS`` (8 s values, 256 + 256 samples per s, ε ∈ {0, …, 0.8}, a_T = 0.7).
+    feature_fn: ``(pl_module, x) -> (N, D)``; default ``pl_module.backbone.embed`` (or ``backbone(x)``).
+    skip_unchanged: do not recompute when the backbone's weights did not change (a frozen probe needs it once).
+    log_figure: add the E(a_t) curves to TensorBoard.
+    prefix: log-name prefix (``val/synbench``).
     """
 
-    def __init__(self, every_n_epochs: int = 1, input_size: int | Sequence[int] = 32,
-                 config: SynBenchConfig | Mapping[str, Any] | None = None,
-                 feature_fn: Callable[[L.LightningModule, Tensor], Tensor] | None = None,
-                 skip_unchanged: bool = True, log_figure: bool = True, prefix: str = "val/synbench") -> None:
+    def __init__(
+        self,
+        every_n_epochs: int = 1,
+        input_size: int | Sequence[int] = 32,
+        config: SynBenchConfig | Mapping[str, Any] | None = None,
+        feature_fn: Callable[[L.LightningModule, Tensor], Tensor] | None = None,
+        skip_unchanged: bool = True,
+        log_figure: bool = True,
+        prefix: str = "val/synbench",
+    ) -> None:
         if every_n_epochs < 1:
             raise ValueError(f"every_n_epochs must be >= 1, got {every_n_epochs}")
         if isinstance(config, SynBenchConfig):
@@ -88,9 +103,14 @@ class SynBenchCallback(L.Callback):
         """Run the protocol on this rank's shard; every rank must call it (the metric all-reduces)."""
         module, fn = self._encoder(pl_module)
         with eval_mode(module):
-            out, self.result = synbench_distributed(fn, self.input_shape, self.config, device=pl_module.device,
-                                                    rank=pl_module.trainer.global_rank,
-                                                    world_size=pl_module.trainer.world_size)
+            out, self.result = synbench_distributed(
+                fn,
+                self.input_shape,
+                self.config,
+                device=pl_module.device,
+                rank=pl_module.trainer.global_rank,
+                world_size=pl_module.trainer.world_size,
+            )
         self.computations += 1
         return out
 

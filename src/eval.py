@@ -3,6 +3,7 @@
 Writes ``metrics.json`` in the run directory and logs ``test/acc``, ``test/adv/acc_<norm>_<eps>``,
 ``test/autoattack/acc_<norm>_<eps>``.
 """
+
 from __future__ import annotations
 
 import json
@@ -57,7 +58,9 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
         model.eval()
         norm = model.eval_attack_cfg["norm"]
         for eps in model.eval_epsilons:
-            acc = autoattack_accuracy(model, x, y, eps=eps, norm=norm, version=ev.autoattack_version, seed=int(cfg.seed))
+            acc = autoattack_accuracy(
+                model, x, y, eps=eps, norm=norm, version=ev.autoattack_version, seed=int(cfg.seed)
+            )
             metrics[f"test/autoattack/acc_{norm}_{format_eps(eps)}"] = float(acc)
         for lg in loggers:
             lg.log_metrics({k: v for k, v in metrics.items() if "/autoattack/" in k})

@@ -2,6 +2,7 @@
 
 ``train(cfg)`` is separate from ``main`` so tests and notebooks can call it with a composed config.
 """
+
 from __future__ import annotations
 
 import logging

@@ -1,4 +1,5 @@
 """Test-wide settings: offline hubs, headless matplotlib, small thread pools."""
+
 from __future__ import annotations
 
 import os
@@ -7,8 +8,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("MPLBACKEND", "Agg")
 os.environ.setdefault("PYTHONHASHSEED", "0")
 
-import pytest  # noqa: E402
-import torch  # noqa: E402
+import pytest
+import torch
 
 torch.set_num_threads(min(2, os.cpu_count() or 1))
 

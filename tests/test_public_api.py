@@ -1,4 +1,5 @@
 """The public API of DESIGN.md imports and has the documented shapes (issues #2 and #3)."""
+
 from __future__ import annotations
 
 import inspect
@@ -26,18 +27,24 @@ def test_synbench_api() -> None:
         assert callable(getattr(SynBenchResult, name))
     assert list(inspect.signature(robust_bayes_direction).parameters)[:4] == ["mu_tilde", "cov", "eps", "relative"]
     assert list(inspect.signature(evaluate_representation).parameters)[:6] == [
-        "train_z", "train_y", "test_z", "test_y", "eps_list", "eps_mode"]
+        "train_z",
+        "train_y",
+        "test_z",
+        "test_y",
+        "eps_list",
+        "eps_mode",
+    ]
     assert list(inspect.signature(synbench_score).parameters)[:6] == ["a", "b", "a_ref", "b_ref", "a_T", "integral"]
     assert SynBenchConfig().eps_mode == "relative" and callable(reference_accuracy) and callable(expected_scaled_bound)
 
 
 def test_training_and_callback_api() -> None:
+    import lightning as L
+    import torchmetrics
+
     from callbacks import SynBenchCallback
     from src.metrics import SynBenchScore
     from src.models import RobustLinearProbe, SupervisedPretraining
-
-    import lightning as L
-    import torchmetrics
 
     assert issubclass(RobustLinearProbe, L.LightningModule) and issubclass(SupervisedPretraining, L.LightningModule)
     assert issubclass(SynBenchCallback, L.Callback) and issubclass(SynBenchScore, torchmetrics.Metric)

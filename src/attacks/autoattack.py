@@ -6,11 +6,12 @@ torchattacks expects its inputs in [0, 1] pixel space and normalization inside t
 image convention (DESIGN.md): pass the model that maps pixel images to logits (e.g. a probe whose backbone adapter
 normalizes inside), never pre-normalized images.
 """
+
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Iterator
 
 import torch
 from torch import Tensor, nn
@@ -104,8 +105,13 @@ def autoattack_correct(
         attack = None
         if float(eps) > 0:
             attack = torchattacks.AutoAttack(
-                model, norm=_TORCHATTACKS_NORMS[norm], eps=float(eps), version=version,
-                n_classes=num_classes, seed=int(seed), verbose=False,
+                model,
+                norm=_TORCHATTACKS_NORMS[norm],
+                eps=float(eps),
+                version=version,
+                n_classes=num_classes,
+                seed=int(seed),
+                verbose=False,
             )
             attack.set_device(x.device)
         correct = []
@@ -133,7 +139,5 @@ def autoattack_accuracy(
     Under DDP each rank should attack its own shard and sum-reduce ``autoattack_correct(...).sum()`` and the sample
     count; this function reports the local shard only.
     """
-    correct = autoattack_correct(
-        model, x, y, eps=eps, norm=norm, version=version, seed=seed, batch_size=batch_size
-    )
+    correct = autoattack_correct(model, x, y, eps=eps, norm=norm, version=version, seed=seed, batch_size=batch_size)
     return float(correct.float().mean()) if correct.numel() else float("nan")  # no samples: nan

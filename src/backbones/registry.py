@@ -1,7 +1,9 @@
 """``create_backbone("<source>:<name>", **opts)``: one entry point for every backbone source."""
+
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from .base import Backbone
 
@@ -21,8 +23,12 @@ def _builtin() -> None:
     from .timm_backbone import create_timm
     from .torchvision_backbone import create_torchvision
 
-    for source, factory in {"embedded": create_embedded, "timm": create_timm,
-                            "open_clip": create_open_clip, "torchvision": create_torchvision}.items():
+    for source, factory in {
+        "embedded": create_embedded,
+        "timm": create_timm,
+        "open_clip": create_open_clip,
+        "torchvision": create_torchvision,
+    }.items():
         SOURCES.setdefault(source, factory)
 
 

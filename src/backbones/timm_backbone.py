@@ -1,7 +1,9 @@
 """timm models as backbones: the embedding is the pooled pre-logits, ``forward_head(..., pre_logits=True)``."""
+
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from torch import Tensor, nn
 
@@ -14,8 +16,17 @@ __all__ = ["TimmBackbone", "create_timm"]
 class TimmBackbone(Backbone):
     """Wraps a timm model; keeps its classifier so :meth:`classify` works, embeds with the pre-logits."""
 
-    def __init__(self, model: nn.Module, *, name: str, input_size: Sequence[int], mean: Sequence[float],
-                 std: Sequence[float], interpolation: str = "bicubic", crop_pct: float = 0.875) -> None:
+    def __init__(
+        self,
+        model: nn.Module,
+        *,
+        name: str,
+        input_size: Sequence[int],
+        mean: Sequence[float],
+        std: Sequence[float],
+        interpolation: str = "bicubic",
+        crop_pct: float = 0.875,
+    ) -> None:
         # head_hidden_size: models with a pre-logits MLP (e.g. some ConvNeXt/ViT heads) embed at that width
         embed_dim = getattr(model, "head_hidden_size", None) or model.num_features
         super().__init__(name, embed_dim, input_size, mean, std, interpolation, crop_pct)
@@ -48,6 +59,7 @@ def _pretrained_file(model_name: str) -> dict[str, Any]:
         looked = f"Hugging Face repo {repo!r} (model.safetensors or pytorch_model.bin) in the HF cache"
     elif cfg.get("url"):
         import os
+
         import torch
 
         fname = os.path.basename(cfg["url"])
@@ -66,7 +78,9 @@ def _pretrained_file(model_name: str) -> dict[str, Any]:
     )
 
 
-def create_timm(name: str, *, pretrained: bool = True, checkpoint_path: str | None = None, **kwargs: Any) -> TimmBackbone:
+def create_timm(
+    name: str, *, pretrained: bool = True, checkpoint_path: str | None = None, **kwargs: Any
+) -> TimmBackbone:
     """``timm:<arch>[.<tag>]``: pretrained via the local cache/hub, or from ``checkpoint_path``."""
     import timm
 
@@ -76,12 +90,15 @@ def create_timm(name: str, *, pretrained: bool = True, checkpoint_path: str | No
     overlay: dict[str, Any] = {}
     if pretrained and checkpoint_path is None:
         overlay = _pretrained_file(name)
-    model = timm.create_model(name, pretrained=pretrained and checkpoint_path is None,
-                              pretrained_cfg_overlay=overlay or None, **kwargs)
+    model = timm.create_model(
+        name, pretrained=pretrained and checkpoint_path is None, pretrained_cfg_overlay=overlay or None, **kwargs
+    )
     if checkpoint_path is not None:
         missing, unexpected = model.load_state_dict(load_state_dict(checkpoint_path), strict=False)
         if unexpected or [k for k in missing if not k.startswith(("head", "fc", "classifier"))]:
-            raise ValueError(f"{checkpoint_path} does not match timm model {name!r}: missing {missing[:5]}, unexpected {unexpected[:5]}")
+            raise ValueError(
+                f"{checkpoint_path} does not match timm model {name!r}: missing {missing[:5]}, unexpected {unexpected[:5]}"
+            )
     cfg = model.pretrained_cfg
     return TimmBackbone(
         model,

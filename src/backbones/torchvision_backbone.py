@@ -1,4 +1,5 @@
 """torchvision classification models as backbones: the embedding is the input of the last Linear layer."""
+
 from __future__ import annotations
 
 import os
@@ -33,15 +34,18 @@ def _replace_last_linear(model: nn.Module) -> int:
 class TorchvisionBackbone(Backbone):
     def __init__(self, model: nn.Module, *, name: str, input_size: int = 224, crop_pct: float = 0.875) -> None:
         embed_dim = _replace_last_linear(model)
-        super().__init__(name, embed_dim, (3, input_size, input_size), IMAGENET_MEAN, IMAGENET_STD, "bilinear", crop_pct)
+        super().__init__(
+            name, embed_dim, (3, input_size, input_size), IMAGENET_MEAN, IMAGENET_STD, "bilinear", crop_pct
+        )
         self.model = model
 
     def forward_normalized(self, x: Tensor) -> Tensor:
         return self.model(x)
 
 
-def create_torchvision(name: str, *, pretrained: bool | str = True, checkpoint_path: str | None = None,
-                       **kwargs: Any) -> TorchvisionBackbone:
+def create_torchvision(
+    name: str, *, pretrained: bool | str = True, checkpoint_path: str | None = None, **kwargs: Any
+) -> TorchvisionBackbone:
     """``torchvision:<name>``: ``pretrained`` True (DEFAULT weights), a weights enum name, or False."""
     import torch
     from torchvision import models

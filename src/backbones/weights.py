@@ -3,11 +3,12 @@
 Hub libraries retry for ~46 s when the network is missing; we check the cache and the reachability of the host
 first and fail at once with a message naming what was looked for and how to provide it.
 """
+
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 import torch
 
@@ -53,5 +54,5 @@ def load_state_dict(path: str | os.PathLike, *, key: str | None = None) -> dict[
     # strip DDP / Lightning prefixes
     for prefix in ("module.", "model."):
         if sd and all(k.startswith(prefix) for k in sd):
-            sd = {k[len(prefix):]: v for k, v in sd.items()}
+            sd = {k[len(prefix) :]: v for k, v in sd.items()}
     return sd

@@ -18,9 +18,10 @@ Sampling policy (``make_loader``):
   subclasses alone. The choice is made when the loader is built, i.e. inside ``val_dataloader()``, which Lightning calls
   after the process group is initialised.
 """
+
 from __future__ import annotations
 
-from typing import Iterator, Sequence
+from collections.abc import Iterator, Sequence
 
 import lightning as L
 import numpy as np

@@ -1,4 +1,5 @@
 """scikit-learn's bundled digits (1797 gray 8x8 images, 10 classes) as [0, 1] RGB images: the offline default set."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -54,8 +55,16 @@ class UpsampledDigits(Dataset):
         self.interpolation = interpolation
         self.upsampled: Tensor | None = None  # (N, 1, S, S) when precomputed
         if self.image_size <= self.PRECOMPUTE_MAX_SIZE:
-            self.upsampled = torch.cat([upsample_digits(images[i : i + 256], self.image_size, interpolation)[:, :1]
-                                        for i in range(0, len(images), 256)]) if len(images) else images
+            self.upsampled = (
+                torch.cat(
+                    [
+                        upsample_digits(images[i : i + 256], self.image_size, interpolation)[:, :1]
+                        for i in range(0, len(images), 256)
+                    ]
+                )
+                if len(images)
+                else images
+            )
 
     def __len__(self) -> int:
         return len(self.labels)

@@ -4,6 +4,7 @@ synbench_icml2024.txt): x = mean_offset + y·s·1/√d + N(0, I) per pixel, y �
 The Bayes classifier reaches accuracy Φ(s) on it (Thm 3.1 iii with ε = 0, Σ = I), which is the number a probe
 can be compared with. Samples come from :mod:`src.synbench.sampling` (seeded, independent of batch size).
 """
+
 from __future__ import annotations
 
 import torch
@@ -21,9 +22,19 @@ class GaussianTaskDataModule(SplitsDataModule):
     (pixel mean, official 0.5), ``class_prior`` τ, ``seed``. Values leave [0, 1] on purpose (no clipping); probes need
     ``check_input_range=False``. Test = val."""
 
-    def __init__(self, s: float = 1.0, image_size: int = 32, n_train: int = 2048, n_val: int = 1024,
-                 mean_offset: float = 0.5, class_prior: float = 0.5, batch_size: int = 128, seed: int = 0,
-                 num_workers: int = 0, num_classes: int | None = None) -> None:
+    def __init__(
+        self,
+        s: float = 1.0,
+        image_size: int = 32,
+        n_train: int = 2048,
+        n_val: int = 1024,
+        mean_offset: float = 0.5,
+        class_prior: float = 0.5,
+        batch_size: int = 128,
+        seed: int = 0,
+        num_workers: int = 0,
+        num_classes: int | None = None,
+    ) -> None:
         super().__init__()
         if not s > 0:
             raise ValueError(f"s must be > 0 (Bayes accuracy Phi(s)), got {s}")
@@ -40,8 +51,15 @@ class GaussianTaskDataModule(SplitsDataModule):
 
     def _split(self, n: int, split: str) -> IndexedDataset:
         hp = self.hparams
-        x, y = sample(n, s=float(hp.s), input_shape=(3, hp.image_size, hp.image_size), seed=int(hp.seed), split=split,
-                      mean_offset=float(hp.mean_offset), class_prior=float(hp.class_prior))
+        x, y = sample(
+            n,
+            s=float(hp.s),
+            input_shape=(3, hp.image_size, hp.image_size),
+            seed=int(hp.seed),
+            split=split,
+            mean_offset=float(hp.mean_offset),
+            class_prior=float(hp.class_prior),
+        )
         return IndexedDataset(TensorDataset(x, y))
 
     def setup(self, stage: str | None = None) -> None:

@@ -12,22 +12,23 @@ Offline: nothing is downloaded unless ``download=True``; missing files raise :cl
 (``REPBENCH_OFFLINE=1`` / ``HF_HUB_OFFLINE=1``, or the download host unreachable within 2 s) the same error is raised
 at once instead of a long retry.
 """
+
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 from urllib.parse import urlparse
 
 import torch
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import Dataset
 
 from src.utils.network import offline_reason as _offline_reason
 
 from .common import IndexedDataset, SplitsDataModule, check_num_classes, stratified_split
 
 __all__ = ["DatasetNotFoundError", "TorchvisionDataModule", "build_transform", "DATASETS"]
-
 
 
 class DatasetNotFoundError(FileNotFoundError):

@@ -1,4 +1,5 @@
 """torchmetrics shells over the functional cores."""
+
 from .synbench_score import SynBenchScore
 
 __all__ = ["SynBenchScore"]

@@ -12,17 +12,24 @@ the test features. Protocol, for every s index ``i`` of ``s_values``::
 Training statistics are accumulated about a zero shift in float64 (every rank must agree on the shift for a
 sum-reduction; float64 keeps ~8 significant digits of the covariance even when |mean| is 10⁴ × the spread).
 """
+
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 import torch
 from torch import Tensor
 from torchmetrics import Metric
 
-from src.synbench.bayes import (LinearClassifiers, TrainStats, classifier_from_statistics, finalize_test_statistics,
-                                test_statistics)
+from src.synbench.bayes import (
+    LinearClassifiers,
+    TrainStats,
+    classifier_from_statistics,
+    finalize_test_statistics,
+    test_statistics,
+)
 from src.synbench.config import SynBenchConfig
 from src.synbench.runner import SynBenchResult, reference_prior, sampling_plan
 from src.synbench.sampling import sample_chunk
@@ -35,7 +42,11 @@ F64 = torch.float64
 
 
 def _all_reduce_sum(t: Tensor) -> Tensor:
-    if torch.distributed.is_available() and torch.distributed.is_initialized() and torch.distributed.get_world_size() > 1:
+    if (
+        torch.distributed.is_available()
+        and torch.distributed.is_initialized()
+        and torch.distributed.get_world_size() > 1
+    ):
         torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.SUM)
     return t
 
@@ -53,8 +64,14 @@ class SynBenchScore(Metric):
     higher_is_better = True
     full_state_update = False
 
-    def __init__(self, config: SynBenchConfig | None = None, *, margin_scale: float = 1.0,
-                 input_shape: Sequence[int] = (), **kwargs: Any) -> None:
+    def __init__(
+        self,
+        config: SynBenchConfig | None = None,
+        *,
+        margin_scale: float = 1.0,
+        input_shape: Sequence[int] = (),
+        **kwargs: Any,
+    ) -> None:
         super().__init__(**kwargs)
         self.config = config or SynBenchConfig()
         self.input_shape = tuple(int(v) for v in input_shape)
@@ -90,8 +107,9 @@ class SynBenchScore(Metric):
             _all_reduce_sum(t)
         cfg = self.config
         tau = reference_prior(cfg)
-        clf = classifier_from_statistics(st, cfg.eps, cfg.eps_mode, norm=cfg.norm, eig_tol=cfg.eig_tol,
-                                         cov_divisor=cfg.cov_divisor, class_prior=tau)
+        clf = classifier_from_statistics(
+            st, cfg.eps, cfg.eps_mode, norm=cfg.norm, eig_tol=cfg.eig_tol, cov_divisor=cfg.cov_divisor, class_prior=tau
+        )
         self.feature_dim = st.shift.numel()
         self._classifiers[int(s_index)] = clf
         self._train = None
@@ -118,8 +136,9 @@ class SynBenchScore(Metric):
         bnd = torch.empty_like(self.sum_bound)
         for i in range(len(self.config.s_values)):
             acc[i], bnd[i] = finalize_test_statistics(TestStats(self.n_correct[i], self.sum_bound[i], self.n_total[i]))
-        self.last_result = SynBenchResult(self.config, self.input_shape, self.feature_dim, acc.cpu(), bnd.cpu(),
-                                          self.ref_a, self.ref_b, {})
+        self.last_result = SynBenchResult(
+            self.config, self.input_shape, self.feature_dim, acc.cpu(), bnd.cpu(), self.ref_a, self.ref_b, {}
+        )
         scores = {e: self.last_result.score(e) for e in self.config.eps}
         out = {f"score_eps_{format_eps(e)}": torch.tensor(v, dtype=F64) for e, v in scores.items()}
         out["score"] = torch.tensor(scores[self.config.eps[0]], dtype=F64)
@@ -148,9 +167,15 @@ def _finite(z: Tensor, s: float) -> Tensor:
     return z.reshape(z.shape[0], -1)
 
 
-def synbench_distributed(feature_fn: Callable[[Tensor], Tensor], input_shape: Sequence[int], config: SynBenchConfig,
-                         *, device: Any = "cpu", rank: int = 0, world_size: int = 1,
-                         ) -> tuple[dict[str, float], SynBenchResult]:
+def synbench_distributed(
+    feature_fn: Callable[[Tensor], Tensor],
+    input_shape: Sequence[int],
+    config: SynBenchConfig,
+    *,
+    device: Any = "cpu",
+    rank: int = 0,
+    world_size: int = 1,
+) -> tuple[dict[str, float], SynBenchResult]:
     """Algorithm 1 with the synthetic data sharded over ``world_size`` ranks (all must call it) and a
     :class:`SynBenchScore` all-reducing the statistics; returns (its ``compute()`` as floats, the result).
 

@@ -1,4 +1,5 @@
 """In-memory cache of frozen-backbone features keyed by dataset index (standard linear probing, ε = 0)."""
+
 from __future__ import annotations
 
 import torch

@@ -6,10 +6,12 @@ with the inner maximisation by PGD in pixel space through the frozen backbone f 
 used 10-step PGD-ℓ2). ε = 0 is standard linear probing, optionally on cached features (the backbone runs once
 per sample, later epochs never call it).
 """
+
 from __future__ import annotations
 
 import warnings
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import lightning as L
 import torch
@@ -41,7 +43,9 @@ def build_backbone(spec: Backbone | str | Mapping[str, Any]) -> Backbone:
     if isinstance(spec, Mapping) and "name" in spec:
         opts = {k: v for k, v in spec.items() if k != "name"}
         return create_backbone(spec["name"], **opts)
-    raise TypeError(f"backbone must be a Backbone, a name like 'embedded:efficientnet_lite0' or {{name: ...}}, got {spec!r}")
+    raise TypeError(
+        f"backbone must be a Backbone, a name like 'embedded:efficientnet_lite0' or {{name: ...}}, got {spec!r}"
+    )
 
 
 def _unpack(batch: Any) -> tuple[Tensor, Tensor, Tensor | None]:
@@ -119,15 +123,18 @@ class RobustLinearProbe(L.LightningModule):
         self.val_acc = MulticlassAccuracy(int(num_classes), average="micro")
         self.test_acc = MulticlassAccuracy(int(num_classes), average="micro")
         self.adv_acc = nn.ModuleDict(
-            {f"{stage}_{self._adv_key(e)}": MulticlassAccuracy(int(num_classes), average="micro")
-             for stage in ("val", "test") for e in self.eval_epsilons}
+            {
+                f"{stage}_{self._adv_key(e)}": MulticlassAccuracy(int(num_classes), average="micro")
+                for stage in ("val", "test")
+                for e in self.eval_epsilons
+            }
         )
 
     # ----------------------------------------------------------------- helpers
     def _adv_key(self, eps: float) -> str:
         return f"acc_{self.eval_attack_cfg['norm']}_{format_eps(eps)}"
 
-    def train(self, mode: bool = True) -> "RobustLinearProbe":
+    def train(self, mode: bool = True) -> RobustLinearProbe:
         """Frozen means frozen: the backbone stays in eval mode (no BatchNorm drift, no dropout)."""
         super().train(mode)
         self.backbone.eval()
@@ -142,7 +149,7 @@ class RobustLinearProbe(L.LightningModule):
     def _generator(self, stage: str, batch_idx: int, device: torch.device) -> torch.Generator:
         """PGD random starts derived from (seed, stage, step, rank): reproducible and identical after a resume."""
         step = self.global_step if stage == "train" else batch_idx
-        seed = (self.hparams.seed * 1_000_003 + _STAGE_CODE[stage] * 10_007 + step * 7919 + self.global_rank * 104_729)
+        seed = self.hparams.seed * 1_000_003 + _STAGE_CODE[stage] * 10_007 + step * 7919 + self.global_rank * 104_729
         return torch.Generator(device=device).manual_seed(seed % (2**63 - 1))
 
     def _check_batch(self, stage: str, x: Tensor, y: Tensor) -> None:
@@ -175,19 +182,30 @@ class RobustLinearProbe(L.LightningModule):
 
     def _attack(self, x: Tensor, y: Tensor, eps: float, cfg: Mapping[str, Any], stage: str, batch_idx: int) -> Tensor:
         if torch.is_inference_mode_enabled():
-            raise RuntimeError("PGD needs gradients: run the Trainer with inference_mode=False (trainer.inference_mode=false)")
-        return pgd_attack(self.logits, x, y, eps=eps, norm=cfg["norm"], steps=int(cfg["steps"]),
-                          step_size=cfg.get("step_size"), random_start=bool(cfg.get("random_start", True)),
-                          clip=(0.0, 1.0) if self.hparams.check_input_range else None,
-                          generator=self._generator(stage, batch_idx, x.device))
+            raise RuntimeError(
+                "PGD needs gradients: run the Trainer with inference_mode=False (trainer.inference_mode=false)"
+            )
+        return pgd_attack(
+            self.logits,
+            x,
+            y,
+            eps=eps,
+            norm=cfg["norm"],
+            steps=int(cfg["steps"]),
+            step_size=cfg.get("step_size"),
+            random_start=bool(cfg.get("random_start", True)),
+            clip=(0.0, 1.0) if self.hparams.check_input_range else None,
+            generator=self._generator(stage, batch_idx, x.device),
+        )
 
     # ------------------------------------------------------------------ fitting
     def setup(self, stage: str) -> None:
         dm = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
         n = getattr(dm, "num_classes", None)
         if n is not None and int(n) != int(self.hparams.num_classes):
-            raise ValueError(f"the data has {n} classes but model.num_classes={self.hparams.num_classes}; "
-                             f"set model.num_classes={n}")
+            raise ValueError(
+                f"the data has {n} classes but model.num_classes={self.hparams.num_classes}; set model.num_classes={n}"
+            )
         if self.epsilon is None and stage == "fit":
             from .auto_epsilon import select_epsilon
 
@@ -249,8 +267,12 @@ class RobustLinearProbe(L.LightningModule):
     def on_train_start(self) -> None:
         for lg in self.loggers:  # the chosen epsilon (and, with epsilon=auto, the SynBench scores behind it)
             metrics = {"train/epsilon": float(self.epsilon or 0.0)}
-            metrics.update({f"train/auto_epsilon/score_eps_{format_eps(e)}": v
-                            for e, v in getattr(self, "auto_epsilon_scores", {}).items()})
+            metrics.update(
+                {
+                    f"train/auto_epsilon/score_eps_{format_eps(e)}": v
+                    for e, v in getattr(self, "auto_epsilon_scores", {}).items()
+                }
+            )
             lg.log_metrics(metrics, step=0)
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:

@@ -1,8 +1,10 @@
 """Supervised (pre)training of a whole backbone + linear head: the "monitor pretraining" demo of SynBench
 (synbench_icml2024.txt A.2, "model training": watch SynBench-Score while a model trains)."""
+
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import lightning as L
 import torch
@@ -22,8 +24,14 @@ class SupervisedPretraining(L.LightningModule):
     """Cross-entropy training of ``backbone`` (all layers) and a linear head; exposes ``self.backbone`` so the
     monitoring callbacks (``SynBenchCallback``) can follow its representation epoch by epoch."""
 
-    def __init__(self, backbone: Backbone | str | Mapping[str, Any] = "timm:test_efficientnet", num_classes: int = 10,
-                 lr: float = 2e-3, weight_decay: float = 0.05, label_smoothing: float = 0.0) -> None:
+    def __init__(
+        self,
+        backbone: Backbone | str | Mapping[str, Any] = "timm:test_efficientnet",
+        num_classes: int = 10,
+        lr: float = 2e-3,
+        weight_decay: float = 0.05,
+        label_smoothing: float = 0.0,
+    ) -> None:
         super().__init__()
         if int(num_classes) < 2:
             raise ValueError(f"num_classes must be >= 2, got {num_classes}")
@@ -67,5 +75,7 @@ class SupervisedPretraining(L.LightningModule):
 
     def configure_optimizers(self) -> Any:
         opt = torch.optim.AdamW(self.parameters(), lr=self.hparams.lr, weight_decay=self.hparams.weight_decay)
-        sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=max(1, int(self.trainer.estimated_stepping_batches)))
+        sched = torch.optim.lr_scheduler.CosineAnnealingLR(
+            opt, T_max=max(1, int(self.trainer.estimated_stepping_batches))
+        )
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}

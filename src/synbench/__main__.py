@@ -4,6 +4,7 @@ Writes to the run directory: ``scores.md`` (Markdown, one table per a_T: backbon
 ``results.json`` (every SynBenchResult, re-loadable with ``SynBenchResult.from_dict``), ``curves.png`` (E(a_t)
 at ε = 0 for every backbone with the reference, the paper's Fig. 3) and ``score_vs_eps.png``.
 """
+
 from __future__ import annotations
 
 import csv
@@ -29,8 +30,14 @@ def main(cfg: DictConfig) -> None:
     fields.update(OmegaConf.to_container(cfg.synbench, resolve=True) or {})
     input_size = None if cfg.full else cfg.input_size
     t0 = time.perf_counter()
-    results = compare_backbones(list(cfg.backbones), fields, input_size=input_size, device=cfg.device,
-                                progress=bool(cfg.progress), backbone_opts=dict(cfg.backbone_opts or {}))
+    results = compare_backbones(
+        list(cfg.backbones),
+        fields,
+        input_size=input_size,
+        device=cfg.device,
+        progress=bool(cfg.progress),
+        backbone_opts=dict(cfg.backbone_opts or {}),
+    )
     md = comparison_markdown(results)
     (out / "scores.md").write_text(md)
     with open(out / "scores.csv", "w", newline="") as f:

@@ -17,13 +17,15 @@ Conventions (DESIGN.md, "SynBench conventions"):
 * Statistics are sums (class counts, shifted class sums, shifted sum of outer products; test: correct count,
   sum of scaled bounds over correct samples, total) so they can be merged by addition / DDP sum-reduction.
 """
+
 from __future__ import annotations
 
 import contextlib
 import math
 import warnings
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Iterator, NamedTuple, Sequence
+from typing import Any, NamedTuple
 
 import torch
 from scipy.optimize import lsq_linear
@@ -140,8 +142,9 @@ def _l2_solve(mu_r: Tensor, sig: Tensor, budgets: Tensor) -> tuple[Tensor, Tenso
     return z_out, w_out
 
 
-def _pdas_box_qp(p: Tensor, b: Tensor, beta: float, z0: Tensor, c: float, rank: int,
-                 max_iter: int = 100) -> Tensor | None:
+def _pdas_box_qp(
+    p: Tensor, b: Tensor, beta: float, z0: Tensor, c: float, rank: int, max_iter: int = 100
+) -> Tensor | None:
     """Primal-dual active set (Hintermüller, Ito & Kunisch 2002) for min ½zᵀPz − bᵀz s.t. |z_i| ≤ β.
 
     With w = b − Pz (= Σ⁺(μ̃ − z), the classifier) the KKT conditions are: w_i = 0 where |z_i| < β and
@@ -173,13 +176,18 @@ def _pdas_box_qp(p: Tensor, b: Tensor, beta: float, z0: Tensor, c: float, rank: 
     tol = 1e-8 * float(b.abs().max())
     up, lo = z >= beta * (1 - 1e-12), z <= -beta * (1 - 1e-12)
     inner = ~(up | lo)
-    ok = (float(z.abs().max()) <= beta * (1 + 1e-12) and bool((w[inner].abs() <= tol).all())
-          and bool((w[up] >= -tol).all()) and bool((w[lo] <= tol).all()))
+    ok = (
+        float(z.abs().max()) <= beta * (1 + 1e-12)
+        and bool((w[inner].abs() <= tol).all())
+        and bool((w[up] >= -tol).all())
+        and bool((w[lo] <= tol).all())
+    )
     return z if ok else None
 
 
-def _linf_solve(mu: Tensor, sig: Tensor, f: Tensor, budgets: list[float],
-                diag: Tensor | None) -> list[tuple[Tensor, Tensor]]:
+def _linf_solve(
+    mu: Tensor, sig: Tensor, f: Tensor, budgets: list[float], diag: Tensor | None
+) -> list[tuple[Tensor, Tensor]]:
     """ℓ∞ z_Σ = argmin_{‖z‖∞≤β} (μ̃−z)ᵀΣ⁺(μ̃−z) (Appendix A.5, p = ∞; ICLR submission App. B for Σ = I),
     for every budget β; returns [(z, w)] with w = Σ⁺(μ̃ − z).
 
@@ -225,9 +233,16 @@ def _linf_solve(mu: Tensor, sig: Tensor, f: Tensor, budgets: list[float],
     return out
 
 
-def robust_bayes_directions(mu_tilde: Tensor, cov: Tensor | None, eps_list: Any, relative: bool = True, *,
-                            eig: tuple[Tensor, Tensor] | None = None, eig_tol: float = 1e-6,
-                            norm: str = "l2") -> tuple[Tensor, Tensor]:
+def robust_bayes_directions(
+    mu_tilde: Tensor,
+    cov: Tensor | None,
+    eps_list: Any,
+    relative: bool = True,
+    *,
+    eig: tuple[Tensor, Tensor] | None = None,
+    eig_tol: float = 1e-6,
+    norm: str = "l2",
+) -> tuple[Tensor, Tensor]:
     """Batched :func:`robust_bayes_direction` over an ε list: (W, Z), each (E, D) float64.
 
     Pass ``eig=(evals, evecs)`` (e.g. from :func:`retained_eig`) to reuse one eigendecomposition for all ε;
@@ -262,9 +277,16 @@ def robust_bayes_directions(mu_tilde: Tensor, cov: Tensor | None, eps_list: Any,
     return torch.stack([p[1] for p in pairs]), torch.stack([p[0] for p in pairs])
 
 
-def robust_bayes_direction(mu_tilde: Tensor, cov: Tensor | None, eps: float, relative: bool = True, *,
-                           eig: tuple[Tensor, Tensor] | None = None, eig_tol: float = 1e-6,
-                           norm: str = "l2") -> tuple[Tensor, Tensor]:
+def robust_bayes_direction(
+    mu_tilde: Tensor,
+    cov: Tensor | None,
+    eps: float,
+    relative: bool = True,
+    *,
+    eig: tuple[Tensor, Tensor] | None = None,
+    eig_tol: float = 1e-6,
+    norm: str = "l2",
+) -> tuple[Tensor, Tensor]:
     """(w, z) of the ε-robust Bayes classifier sign((x − m)ᵀw), Theorem 3.1 (i) / eq. 4.
 
     z = z_Σ(μ̃) = argmin_{‖z‖ ≤ β} (μ̃ − z)ᵀΣ⁺(μ̃ − z), w = Σ⁺(μ̃ − z), β = ε‖Fᵀμ̃‖ (relative, ℓ2) or ε.
@@ -292,13 +314,20 @@ class TrainStats:
     shift: Tensor
 
     @classmethod
-    def zeros(cls, dim: int, shift: Tensor | None = None, device: Any = "cpu") -> "TrainStats":
-        sh = (torch.zeros(dim, dtype=F64, device=device) if shift is None
-              else torch.as_tensor(shift, dtype=F64, device=device).clone())
-        return cls(torch.zeros(2, dtype=F64, device=device), torch.zeros(2, dim, dtype=F64, device=device),
-                   torch.zeros(dim, dim, dtype=F64, device=device), sh)
+    def zeros(cls, dim: int, shift: Tensor | None = None, device: Any = "cpu") -> TrainStats:
+        sh = (
+            torch.zeros(dim, dtype=F64, device=device)
+            if shift is None
+            else torch.as_tensor(shift, dtype=F64, device=device).clone()
+        )
+        return cls(
+            torch.zeros(2, dtype=F64, device=device),
+            torch.zeros(2, dim, dtype=F64, device=device),
+            torch.zeros(dim, dim, dtype=F64, device=device),
+            sh,
+        )
 
-    def update(self, z: Tensor, y: Tensor) -> "TrainStats":
+    def update(self, z: Tensor, y: Tensor) -> TrainStats:
         """Add a batch in place (one float64 matmul for the outer products); returns self.
 
         NaN/inf features are detected once per fit (they reach the float64 sums), not per batch, to keep
@@ -311,7 +340,7 @@ class TrainStats:
         self.sum_outer.addmm_(zc.T, zc)
         return self
 
-    def reshift(self, shift: Tensor) -> "TrainStats":
+    def reshift(self, shift: Tensor) -> TrainStats:
         """The same statistics expressed relative to another shift c' (exact algebra, new object)."""
         delta = self.shift - torch.as_tensor(shift, dtype=F64, device=self.shift.device)
         tot = self.sum.sum(0)
@@ -319,7 +348,7 @@ class TrainStats:
         outer = self.sum_outer + torch.outer(tot, delta) + torch.outer(delta, tot) + n * torch.outer(delta, delta)
         return TrainStats(self.count.clone(), self.sum + self.count[:, None] * delta, outer, self.shift - delta)
 
-    def __add__(self, other: "TrainStats") -> "TrainStats":
+    def __add__(self, other: TrainStats) -> TrainStats:
         return merge(self, other)
 
 
@@ -382,9 +411,17 @@ class LinearClassifiers(NamedTuple):
     threshold: float = 0.0
 
 
-def classifier_from_statistics(stats: TrainStats, eps_list: Any, eps_mode: str = "relative", *, norm: str = "l2",
-                               eig_tol: float = 1e-6, cov_divisor: Any = "n-2",
-                               class_prior: float | None = None, eig_threads: int | None = None) -> LinearClassifiers:
+def classifier_from_statistics(
+    stats: TrainStats,
+    eps_list: Any,
+    eps_mode: str = "relative",
+    *,
+    norm: str = "l2",
+    eig_tol: float = 1e-6,
+    cov_divisor: Any = "n-2",
+    class_prior: float | None = None,
+    eig_threads: int | None = None,
+) -> LinearClassifiers:
     """Algorithm 1 lines 12-13 from sufficient statistics: one eigendecomposition, W for every ε.
 
     ``class_prior`` τ (None or 0.5: official, no threshold) adds the prior threshold q/2, q = ln((1−τ)/τ)
@@ -395,12 +432,15 @@ def classifier_from_statistics(stats: TrainStats, eps_list: Any, eps_mode: str =
     m = stats.sum / stats.count[:, None]
     mu_tilde = 0.5 * (m[1] - m[0])
     eig = retained_eig(cov, eig_tol, eig_threads)
-    W, _ = robust_bayes_directions(mu_tilde, cov, eps_list, eps_mode == "relative", eig=eig, eig_tol=eig_tol,
-                                   norm=norm)
+    W, _ = robust_bayes_directions(mu_tilde, cov, eps_list, eps_mode == "relative", eig=eig, eig_tol=eig_tol, norm=norm)
     if (W == 0).all(1).any():
-        warnings.warn("SynBench: the robust Bayes classifier is degenerate (w = 0: constant features, or no class "
-                      "mean difference inside the retained covariance subspace); reporting accuracy 0.5 and "
-                      "scaled bound 0 for it", RuntimeWarning, stacklevel=2)
+        warnings.warn(
+            "SynBench: the robust Bayes classifier is degenerate (w = 0: constant features, or no class "
+            "mean difference inside the retained covariance subspace); reporting accuracy 0.5 and "
+            "scaled bound 0 for it",
+            RuntimeWarning,
+            stacklevel=2,
+        )
     thr = 0.0 if class_prior in (None, 0.5) else 0.5 * math.log((1.0 - class_prior) / class_prior)
     return LinearClassifiers(W, 0.5 * (mu1 + mu0), mu_tilde, thr)
 
@@ -413,9 +453,10 @@ class TestStats(NamedTuple):
     n_total: Tensor
     __test__ = False  # not a pytest test class
 
-    def __add__(self, other: "TestStats") -> "TestStats":  # type: ignore[override]
-        return TestStats(self.n_correct + other.n_correct, self.sum_bound + other.sum_bound,
-                         self.n_total + other.n_total)
+    def __add__(self, other: TestStats) -> TestStats:  # type: ignore[override]
+        return TestStats(
+            self.n_correct + other.n_correct, self.sum_bound + other.sum_bound, self.n_total + other.n_total
+        )
 
 
 def test_statistics(z: Tensor, y: Tensor, clf: LinearClassifiers) -> TestStats:
@@ -431,8 +472,11 @@ def test_statistics(z: Tensor, y: Tensor, clf: LinearClassifiers) -> TestStats:
     margin = u * (2.0 * y.to(W.device, F64) - 1.0)[:, None]
     correct, tie = margin > 0, margin == 0
     bound = torch.where(denom > 0, u.abs() / torch.where(denom > 0, denom, torch.ones_like(denom)), torch.zeros_like(u))
-    return TestStats(correct.sum(0).to(F64) + 0.5 * tie.sum(0).to(F64), (bound * correct).sum(0),
-                     torch.tensor(float(z.shape[0]), dtype=F64, device=W.device))
+    return TestStats(
+        correct.sum(0).to(F64) + 0.5 * tie.sum(0).to(F64),
+        (bound * correct).sum(0),
+        torch.tensor(float(z.shape[0]), dtype=F64, device=W.device),
+    )
 
 
 test_statistics.__test__ = False  # type: ignore[attr-defined]  # not a pytest test
@@ -447,10 +491,19 @@ def finalize_test_statistics(ts: TestStats) -> tuple[Tensor, Tensor]:
     return acc, mean
 
 
-def evaluate_representation(train_z: Tensor, train_y: Tensor, test_z: Tensor, test_y: Tensor,
-                            eps_list: Sequence[float], eps_mode: str = "relative", *, norm: str = "l2",
-                            eig_tol: float = 1e-6, cov_divisor: Any = "n-2",
-                            class_prior: float | None = None) -> tuple[Tensor, Tensor]:
+def evaluate_representation(
+    train_z: Tensor,
+    train_y: Tensor,
+    test_z: Tensor,
+    test_y: Tensor,
+    eps_list: Sequence[float],
+    eps_mode: str = "relative",
+    *,
+    norm: str = "l2",
+    eig_tol: float = 1e-6,
+    cov_divisor: Any = "n-2",
+    class_prior: float | None = None,
+) -> tuple[Tensor, Tensor]:
     """Algorithm 1 lines 12-16: (accuracy, mean scaled bound of correct test samples), one value per ε.
 
     Composes :func:`train_statistics`, :func:`classifier_from_statistics`, :func:`test_statistics`,
@@ -459,13 +512,26 @@ def evaluate_representation(train_z: Tensor, train_y: Tensor, test_z: Tensor, te
     """
     check_eps(eps_list, eps_mode)
     stats = train_statistics(train_z, train_y)
-    clf = classifier_from_statistics(stats, eps_list, eps_mode, norm=norm, eig_tol=eig_tol,
-                                     cov_divisor=cov_divisor, class_prior=class_prior)
+    clf = classifier_from_statistics(
+        stats, eps_list, eps_mode, norm=norm, eig_tol=eig_tol, cov_divisor=cov_divisor, class_prior=class_prior
+    )
     return finalize_test_statistics(test_statistics(test_z, test_y, clf))
 
 
 __all__ = [
-    "check_eps", "torch_threads", "retained_eig", "robust_bayes_direction", "robust_bayes_directions", "TrainStats",
-    "train_statistics", "merge", "fit_gaussian", "LinearClassifiers", "classifier_from_statistics", "TestStats",
-    "test_statistics", "finalize_test_statistics", "evaluate_representation",
+    "check_eps",
+    "torch_threads",
+    "retained_eig",
+    "robust_bayes_direction",
+    "robust_bayes_directions",
+    "TrainStats",
+    "train_statistics",
+    "merge",
+    "fit_gaussian",
+    "LinearClassifiers",
+    "classifier_from_statistics",
+    "TestStats",
+    "test_statistics",
+    "finalize_test_statistics",
+    "evaluate_representation",
 ]

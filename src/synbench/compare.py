@@ -1,7 +1,9 @@
 """Comparing backbones with SynBench: run, tabulate (Markdown), plot (E(a_t) curves, score vs ε)."""
+
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from .config import SynBenchConfig
 from .runner import SynBenchResult, synbench
@@ -9,9 +11,15 @@ from .runner import SynBenchResult, synbench
 __all__ = ["compare_backbones", "comparison_markdown", "comparison_figures"]
 
 
-def compare_backbones(names: Sequence[str], fields: Mapping[str, Any] | None = None, *, input_size: int | None = None,
-                      device: Any = "cpu", progress: bool = False,
-                      backbone_opts: Mapping[str, Any] | None = None) -> dict[str, SynBenchResult]:
+def compare_backbones(
+    names: Sequence[str],
+    fields: Mapping[str, Any] | None = None,
+    *,
+    input_size: int | None = None,
+    device: Any = "cpu",
+    progress: bool = False,
+    backbone_opts: Mapping[str, Any] | None = None,
+) -> dict[str, SynBenchResult]:
     """SynBench of every backbone (``create_backbone`` names) under one protocol ``SynBenchConfig(**fields)``.
 
     ``input_size`` None uses each backbone's native input size (the official protocol).
@@ -34,9 +42,12 @@ def comparison_markdown(results: Mapping[str, SynBenchResult]) -> str:
     eps, a_ts = first.eps, first.config.a_T
     parts = []
     for a_t in a_ts:
-        lines = [f"SynBench-Score, a_T = {a_t:g} ({first.config.integral} integral, {first.config.eps_mode} eps)", "",
-                 "| backbone | " + " | ".join(f"ε={e:g}" for e in eps) + " | best ε |",
-                 "|---|" + "---:|" * (len(eps) + 1)]
+        lines = [
+            f"SynBench-Score, a_T = {a_t:g} ({first.config.integral} integral, {first.config.eps_mode} eps)",
+            "",
+            "| backbone | " + " | ".join(f"ε={e:g}" for e in eps) + " | best ε |",
+            "|---|" + "---:|" * (len(eps) + 1),
+        ]
         for name, res in results.items():
             scores = [res.score(e, a_t) for e in eps]
             best = max(range(len(eps)), key=lambda j: scores[j])

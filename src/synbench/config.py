@@ -1,5 +1,6 @@
 """SynBenchConfig: every SynBench convention as a field. Defaults reproduce the official implementation
 (IBM/synbench ``evaluate_synbench.py``) where it differs from the paper text - see DESIGN.md's table."""
+
 from __future__ import annotations
 
 import math
@@ -81,9 +82,13 @@ class SynBenchConfig:
         check_eps(self.eps, self.eps_mode)
         if not self.a_T or any(not 0.5 <= a < 1.0 for a in self.a_T):
             raise ValueError(f"a_T values must lie in [0.5, 1), got {self.a_T}")
-        choices = {"integral": ("grid", "exact"), "norm": ("l2", "linf"),
-                   "normalization": ("imagenet", "backbone", "none"), "covariance": ("identity", "banded"),
-                   "cov_divisor": ("n-2", "n-1", "n")}
+        choices = {
+            "integral": ("grid", "exact"),
+            "norm": ("l2", "linf"),
+            "normalization": ("imagenet", "backbone", "none"),
+            "covariance": ("identity", "banded"),
+            "cov_divisor": ("n-2", "n-1", "n"),
+        }
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
                 raise ValueError(f"{name} must be one of {allowed}, got {getattr(self, name)!r}")
@@ -99,7 +104,7 @@ class SynBenchConfig:
         return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "SynBenchConfig":
+    def from_dict(cls, d: dict[str, Any]) -> SynBenchConfig:
         names = {f.name for f in fields(cls)}
         unknown = set(d) - names
         if unknown:

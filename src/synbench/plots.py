@@ -4,13 +4,21 @@ matplotlib is imported lazily and only the object-oriented ``matplotlib.figure.F
 no global state), so figures are safe in headless runs, threads and TensorBoard loggers
 (``SummaryWriter.add_figure`` or ``fig.savefig(path)``).
 """
+
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 
-def expected_bound_figure(a_t: Sequence[float], reference: Sequence[float], curves: Mapping[str, Sequence[float]],
-                          *, title: str | None = None, figsize: tuple[float, float] = (6.4, 4.8)) -> Any:
+def expected_bound_figure(
+    a_t: Sequence[float],
+    reference: Sequence[float],
+    curves: Mapping[str, Sequence[float]],
+    *,
+    title: str | None = None,
+    figsize: tuple[float, float] = (6.4, 4.8),
+) -> Any:
     """Line plot of the reference E(a_t) (raw data, eq. 2 with Theorem 3.1 (iv)) and one E_θ,ε(a_t) per label."""
     from matplotlib.figure import Figure
 

@@ -3,13 +3,15 @@
 eigendecomposition → W for every ε → sample test batches → accuracy and mean scaled bound per ε. Only one s's
 statistics (a D×D matrix) live at a time, so peak memory does not grow with the number of s values.
 """
+
 from __future__ import annotations
 
 import contextlib
 import math
 import time
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -44,8 +46,9 @@ def resolve_backbone_mean_std(feature_fn: Any, backbone_mean_std: MeanStd | None
     return tuple(mean.tolist()), tuple(std.tolist())
 
 
-def pixel_transform(normalization: str, channels: int,
-                    backbone_mean_std: MeanStd | None) -> tuple[Tensor, Tensor] | None:
+def pixel_transform(
+    normalization: str, channels: int, backbone_mean_std: MeanStd | None
+) -> tuple[Tensor, Tensor] | None:
     """Per-channel affine x' = a·x + b applied to pixel-space samples before ``feature_fn``.
 
     With N(x) = (x − m_bb)/s_bb the normalisation inside ``feature_fn`` (identity when None), x' = N⁻¹(T(x)) so
@@ -89,8 +92,9 @@ def _progress(enabled: bool, total: int) -> Iterator[Callable[[int], None]]:
         yield lambda n: bar.advance(task, n)
 
 
-def _features(feature_fn: Callable[[Tensor], Tensor], x: Tensor, device: torch.device, clock: list[float],
-              threads: int) -> Tensor:
+def _features(
+    feature_fn: Callable[[Tensor], Tensor], x: Tensor, device: torch.device, clock: list[float], threads: int
+) -> Tensor:
     """feature_fn(x) under inference mode with the caller's thread count, as (B, D); adds its time to clock[0]."""
     t0 = time.perf_counter()
     with torch.inference_mode(), torch_threads(threads):
@@ -101,9 +105,17 @@ def _features(feature_fn: Callable[[Tensor], Tensor], x: Tensor, device: torch.d
     return z.reshape(z.shape[0], -1)
 
 
-def _run_one_s(feature_fn: Callable[[Tensor], Tensor], s: float, cfg: SynBenchConfig, tau: float,
-               common: dict[str, Any], dev: torch.device, clock: list[float], advance: Callable[[int], None],
-               threads: int) -> tuple[Tensor, Tensor, int]:
+def _run_one_s(
+    feature_fn: Callable[[Tensor], Tensor],
+    s: float,
+    cfg: SynBenchConfig,
+    tau: float,
+    common: dict[str, Any],
+    dev: torch.device,
+    clock: list[float],
+    advance: Callable[[int], None],
+    threads: int,
+) -> tuple[Tensor, Tensor, int]:
     """Algorithm 1 lines 8 and 11-16 for one s: (accuracy (E,), mean scaled bound (E,), D)."""
     stats: TrainStats | None = None
     for x, y in iter_samples(cfg.n_train, cfg.batch_size, s=s, split="train", **common):
@@ -114,8 +126,9 @@ def _run_one_s(feature_fn: Callable[[Tensor], Tensor], s: float, cfg: SynBenchCo
         advance(len(y))
     assert stats is not None
     dim = stats.shift.numel()
-    clf = classifier_from_statistics(stats, cfg.eps, cfg.eps_mode, norm=cfg.norm, eig_tol=cfg.eig_tol,
-                                     cov_divisor=cfg.cov_divisor, class_prior=tau)
+    clf = classifier_from_statistics(
+        stats, cfg.eps, cfg.eps_mode, norm=cfg.norm, eig_tol=cfg.eig_tol, cov_divisor=cfg.cov_divisor, class_prior=tau
+    )
     del stats
     total = None
     for x, y in iter_samples(cfg.n_test, cfg.batch_size, s=s, split="test", **common):
@@ -131,27 +144,47 @@ def reference_prior(cfg: SynBenchConfig) -> float:
     return cfg.class_prior if cfg.prior_correction else 0.5
 
 
-def sampling_plan(cfg: SynBenchConfig, shape: Sequence[int], feature_fn: Any,
-                  backbone_mean_std: MeanStd | None = None, device: Any = "cpu") -> tuple[dict[str, Any], float]:
+def sampling_plan(
+    cfg: SynBenchConfig,
+    shape: Sequence[int],
+    feature_fn: Any,
+    backbone_mean_std: MeanStd | None = None,
+    device: Any = "cpu",
+) -> tuple[dict[str, Any], float]:
     """(keyword arguments of :func:`~src.synbench.sampling.sample_chunk` for this protocol, margin scale κ).
 
     One place decides the samples (seed, chunks, mean offset, prior, Gaussian-H factor, normalisation folded into
     the sampling), so the runner and the sharded metric draw identical data.
     """
     shape = tuple(int(v) for v in shape)
-    affine = pixel_transform(cfg.normalization, shape[0],
-                             resolve_backbone_mean_std(feature_fn, backbone_mean_std, shape[0]))
+    affine = pixel_transform(
+        cfg.normalization, shape[0], resolve_backbone_mean_std(feature_fn, backbone_mean_std, shape[0])
+    )
     n_pix = math.prod(shape[1:])
     factor = banded_cholesky(cfg.band, n_pix) if cfg.covariance == "banded" else None
     kappa = banded_margin_scale(cfg.band, n_pix, factor) if factor is not None else 1.0
-    common = dict(input_shape=shape, seed=cfg.seed, chunk_size=cfg.chunk_size, mean_offset=cfg.mean_offset,
-                  class_prior=cfg.class_prior, factor=factor, channel_affine=affine, device=device)
+    common = dict(
+        input_shape=shape,
+        seed=cfg.seed,
+        chunk_size=cfg.chunk_size,
+        mean_offset=cfg.mean_offset,
+        class_prior=cfg.class_prior,
+        factor=factor,
+        channel_affine=affine,
+        device=device,
+    )
     return common, kappa
 
 
-def synbench(feature_fn: Callable[[Tensor], Tensor], *, input_shape: Sequence[int],
-             config: SynBenchConfig | None = None, device: Any = "cpu", progress: bool = False,
-             backbone_mean_std: MeanStd | None = None) -> "SynBenchResult":
+def synbench(
+    feature_fn: Callable[[Tensor], Tensor],
+    *,
+    input_shape: Sequence[int],
+    config: SynBenchConfig | None = None,
+    device: Any = "cpu",
+    progress: bool = False,
+    backbone_mean_std: MeanStd | None = None,
+) -> SynBenchResult:
     """Run SynBench (Algorithm 1) on ``feature_fn``: (B, *input_shape) float → (B, D) (a Backbone's ``embed``).
 
     ``backbone_mean_std``: the (mean, std) ``feature_fn`` normalises with internally; None auto-detects a
@@ -162,16 +195,20 @@ def synbench(feature_fn: Callable[[Tensor], Tensor], *, input_shape: Sequence[in
     cfg = config or SynBenchConfig()
     shape = tuple(int(v) for v in input_shape)
     dev = torch.device(device)
-    common, kappa = sampling_plan(cfg, shape, feature_fn, backbone_mean_std,
-                                  dev if cfg.sample_on_device else torch.device("cpu"))
+    common, kappa = sampling_plan(
+        cfg, shape, feature_fn, backbone_mean_std, dev if cfg.sample_on_device else torch.device("cpu")
+    )
     tau = reference_prior(cfg)
     ref_a, ref_b = reference_curve(np.asarray(cfg.s_values), tau, kappa)
     acc = torch.zeros(len(cfg.s_values), len(cfg.eps), dtype=torch.float64)
     bnd = torch.zeros_like(acc)
     clock, dim, t_start = [0.0], 0, time.perf_counter()
     threads = torch.get_num_threads()  # forwards keep the caller's threads; our own work uses linalg_threads
-    with _eval_mode(feature_fn), _progress(progress, len(cfg.s_values) * (cfg.n_train + cfg.n_test)) as advance, \
-            torch_threads(cfg.linalg_threads):
+    with (
+        _eval_mode(feature_fn),
+        _progress(progress, len(cfg.s_values) * (cfg.n_train + cfg.n_test)) as advance,
+        torch_threads(cfg.linalg_threads),
+    ):
         for i, s in enumerate(cfg.s_values):
             try:
                 acc[i], bnd[i], dim = _run_one_s(feature_fn, s, cfg, tau, common, dev, clock, advance, threads)
@@ -215,8 +252,14 @@ class SynBenchResult:
     def score(self, eps: float = 0.0, a_T: float | None = None, integral: str | None = None) -> float:
         """SynBench-Score(θ, ε, a_T), eq. 3 (a_T defaults to config.a_T[0], integral to config.integral)."""
         j = self._eps_index(eps)
-        return synbench_score(self.accuracy[:, j], self.bound[:, j], self.ref_accuracy, self.ref_bound,
-                              self.config.a_T[0] if a_T is None else a_T, integral or self.config.integral)
+        return synbench_score(
+            self.accuracy[:, j],
+            self.bound[:, j],
+            self.ref_accuracy,
+            self.ref_bound,
+            self.config.a_T[0] if a_T is None else a_T,
+            integral or self.config.integral,
+        )
 
     def table(self, integral: str | None = None) -> list[dict[str, float]]:
         """One row {"eps", "a_T", "score"} per (ε, a_T) of the config."""
@@ -238,9 +281,11 @@ class SynBenchResult:
     def curves(self, a_t: Sequence[float] | None = None) -> dict[str, Any]:
         """E(a_t) (eq. 2) on ``a_t`` (default official grid): {"a_t", "reference", "eps": {ε: curve}}."""
         t = official_grid() if a_t is None else np.asarray(a_t, dtype=np.float64)
-        return {"a_t": t, "reference": expected_bound_curve(self.ref_accuracy, self.ref_bound, t),
-                "eps": {e: expected_bound_curve(self.accuracy[:, j], self.bound[:, j], t)
-                        for j, e in enumerate(self.eps)}}
+        return {
+            "a_t": t,
+            "reference": expected_bound_curve(self.ref_accuracy, self.ref_bound, t),
+            "eps": {e: expected_bound_curve(self.accuracy[:, j], self.bound[:, j], t) for j, e in enumerate(self.eps)},
+        }
 
     def figure(self, a_t: Sequence[float] | None = None, title: str | None = None) -> Any:
         """matplotlib Figure of :meth:`curves` (paper Fig. 3, left)."""
@@ -250,13 +295,27 @@ class SynBenchResult:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-serializable dict (plain lists and numbers); inverse :meth:`from_dict`."""
-        return {"config": self.config.to_dict(), "input_shape": list(self.input_shape),
-                "feature_dim": self.feature_dim, "accuracy": self.accuracy.tolist(), "bound": self.bound.tolist(),
-                "ref_accuracy": self.ref_accuracy.tolist(), "ref_bound": self.ref_bound.tolist(),
-                "timings": dict(self.timings)}
+        return {
+            "config": self.config.to_dict(),
+            "input_shape": list(self.input_shape),
+            "feature_dim": self.feature_dim,
+            "accuracy": self.accuracy.tolist(),
+            "bound": self.bound.tolist(),
+            "ref_accuracy": self.ref_accuracy.tolist(),
+            "ref_bound": self.ref_bound.tolist(),
+            "timings": dict(self.timings),
+        }
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "SynBenchResult":
+    def from_dict(cls, d: dict[str, Any]) -> SynBenchResult:
         t = lambda v: torch.tensor(v, dtype=torch.float64)  # noqa: E731
-        return cls(SynBenchConfig.from_dict(d["config"]), tuple(d["input_shape"]), int(d["feature_dim"]),
-                   t(d["accuracy"]), t(d["bound"]), t(d["ref_accuracy"]), t(d["ref_bound"]), dict(d.get("timings", {})))
+        return cls(
+            SynBenchConfig.from_dict(d["config"]),
+            tuple(d["input_shape"]),
+            int(d["feature_dim"]),
+            t(d["accuracy"]),
+            t(d["bound"]),
+            t(d["ref_accuracy"]),
+            t(d["ref_bound"]),
+            dict(d.get("timings", {})),
+        )

@@ -10,10 +10,12 @@ drawn by a torch.Generator seeded from SeedSequence((seed, round(s·1e6), split,
 the same whatever the batch size, the number of samples requested, or the other s values on the grid
 (counter-based). The generator lives on ``device``, so CPU and CUDA streams differ.
 """
+
 from __future__ import annotations
 
 import math
-from typing import Any, Iterator, Sequence
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -48,8 +50,9 @@ def banded_cholesky(band: Sequence[float], n: int) -> Tensor:
     try:
         factor = cholesky_banded(ab, lower=True)
     except LinAlgError as err:
-        raise ValueError(f"banded covariance with band {[float(v) for v in b]} is not positive definite for {n} pixels "
-                         f"per channel") from err
+        raise ValueError(
+            f"banded covariance with band {[float(v) for v in b]} is not positive definite for {n} pixels per channel"
+        ) from err
     return torch.from_numpy(factor)
 
 
@@ -70,10 +73,21 @@ def apply_banded_factor(noise: Tensor, factor: Tensor) -> Tensor:
     return out
 
 
-def sample_chunk(chunk: int, *, s: float, input_shape: Sequence[int], seed: int = 0, split: str = "train",
-                 chunk_size: int = 256, mean_offset: float = 0.5, class_prior: float = 0.5,
-                 factor: Tensor | None = None, channel_affine: tuple[Tensor, Tensor] | None = None,
-                 dtype: torch.dtype = torch.float32, device: Any = "cpu") -> tuple[Tensor, Tensor]:
+def sample_chunk(
+    chunk: int,
+    *,
+    s: float,
+    input_shape: Sequence[int],
+    seed: int = 0,
+    split: str = "train",
+    chunk_size: int = 256,
+    mean_offset: float = 0.5,
+    class_prior: float = 0.5,
+    factor: Tensor | None = None,
+    channel_affine: tuple[Tensor, Tensor] | None = None,
+    dtype: torch.dtype = torch.float32,
+    device: Any = "cpu",
+) -> tuple[Tensor, Tensor]:
     """Chunk ``chunk`` (samples chunk·chunk_size ... +chunk_size) of one split: (x (B, *input_shape), y (B,)).
 
     ``factor``: banded Cholesky factor for Gaussian-H (None: Σ = I). ``channel_affine`` = (scale, shift), each

@@ -9,6 +9,7 @@ SynBench-Score(a_T) = ∫_{a_T}^1 E_θ,ε(a_t) da_t / ∫_{a_T}^1 E(a_t) da_t   
   (1/n) Σ_k b_k (a_k − a_T)₊ / ((1/n_ref) Σ_k b_k^ref (a_k^ref − a_T)₊).
 The score is not clipped: finite-sample representations can exceed the reference (score > 1).
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -55,8 +56,9 @@ def expected_bound_curve(a: Any, b: Any, a_t: Any = None) -> np.ndarray:
     return np.where(above, b[None, :], 0.0).sum(1) / a.size
 
 
-def synbench_score(a: Any, b: Any, a_ref: Any, b_ref: Any, a_T: float, integral: str = "grid",
-                   grid: Any = None) -> float:
+def synbench_score(
+    a: Any, b: Any, a_ref: Any, b_ref: Any, a_T: float, integral: str = "grid", grid: Any = None
+) -> float:
     """SynBench-Score(θ, ε, a_T), eq. 3, from measured pairs (a_k, b_k) and reference pairs (a_k^ref, b_k^ref).
 
     ``integral``: "grid" (official Riemann sum on ``grid``, default linspace(0.6, 1, 100)) or "exact".
@@ -79,6 +81,8 @@ def synbench_score(a: Any, b: Any, a_ref: Any, b_ref: Any, a_T: float, integral:
     else:
         raise ValueError(f"integral must be 'grid' or 'exact', got {integral!r}")
     if not den > 0 or not np.isfinite(den):
-        raise ValueError(f"reference area above a_T = {a_T} is {den}: no reference accuracy exceeds a_T on the "
-                         f"{'grid' if integral == 'grid' else 's grid'}; lower a_T or extend the s grid")
+        raise ValueError(
+            f"reference area above a_T = {a_T} is {den}: no reference accuracy exceeds a_T on the "
+            f"{'grid' if integral == 'grid' else 's grid'}; lower a_T or extend the s grid"
+        )
     return float(num / den)

@@ -9,10 +9,12 @@ Balanced classes (Theorem 3.1, paper §3.2), Σ = I, ‖μ̃‖₂ = s:
 Class prior τ ≠ 1/2 (Theorem A.3, Appendix A.6) -> :func:`imbalanced_accuracy`,
 :func:`imbalanced_expected_scaled_bound` (derived here; the printed statement (iv) is wrong, see there).
 """
+
 from __future__ import annotations
 
 import math
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import torch
@@ -150,8 +152,7 @@ def imbalanced_expected_scaled_bound(s: Any, tau: float, eps: float = 0.0, relat
     return back(num / (acc * half_d))
 
 
-def imbalanced_expected_scaled_bound_as_printed(s: Any, tau: float, eps: float = 0.0,
-                                                relative: bool = False) -> Any:
+def imbalanced_expected_scaled_bound_as_printed(s: Any, tau: float, eps: float = 0.0, relative: bool = False) -> Any:
     """Theorem A.3 (iv) exactly as printed (class weights τ and 1 − τ). Kept only to document the erratum."""
     arr, back = _as_np(s)
     _, sigma, m1, m2, p1, p2 = _imbalanced_terms(arr, tau, eps, relative)

@@ -1,4 +1,5 @@
 """Loading RepBench checkpoints safely (``weights_only=True``) without knowing the module class in advance."""
+
 from __future__ import annotations
 
 import importlib

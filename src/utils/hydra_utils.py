@@ -1,4 +1,5 @@
 """Hydra plumbing shared by the entry points (train, eval, synbench)."""
+
 from __future__ import annotations
 
 import logging

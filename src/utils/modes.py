@@ -1,8 +1,9 @@
 """Switch a module to eval mode and restore every submodule's own mode afterwards ("frozen means frozen")."""
+
 from __future__ import annotations
 
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Iterator
 
 from torch import nn
 

@@ -1,4 +1,5 @@
 """Log names follow ``{stage}/{family}/{name}`` with no ``.`` or ``=`` inside (DESIGN.md, "Logging")."""
+
 from __future__ import annotations
 
 __all__ = ["format_eps", "metric_name"]

@@ -1,4 +1,5 @@
 """Offline detection shared by weight and data-set loaders: fail fast instead of retrying a missing network."""
+
 from __future__ import annotations
 
 import os

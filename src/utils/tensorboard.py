@@ -1,4 +1,5 @@
 """Read TensorBoard scalars back (for notebooks, reports and tests)."""
+
 from __future__ import annotations
 
 from pathlib import Path

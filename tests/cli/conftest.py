@@ -1,4 +1,5 @@
 """Compose Hydra configs in-process (no subprocess, no chdir) for the entry-point tests."""
+
 from __future__ import annotations
 
 from pathlib import Path

@@ -1,4 +1,5 @@
 """Every experiment config composes and runs end to end with fast_dev_run (one batch per stage)."""
+
 from __future__ import annotations
 
 from pathlib import Path

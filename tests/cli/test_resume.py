@@ -1,7 +1,6 @@
 """Kill-and-resume through ``ckpt_path=`` ends exactly where an uninterrupted run ends."""
-from __future__ import annotations
 
-from pathlib import Path
+from __future__ import annotations
 
 import lightning as L
 import pytest
@@ -9,9 +8,18 @@ import torch
 
 import src.train as train_mod
 
-OVERRIDES = ["data.image_size=32", "data.batch_size=128", "trainer.max_epochs=3", "model.epsilon=0.05",
-             "attack.steps=1", "model.eval_attack.steps=1", "test=false", "callbacks.rich_progress_bar=null",
-             "logger=csv", "callbacks.synbench=null"]
+OVERRIDES = [
+    "data.image_size=32",
+    "data.batch_size=128",
+    "trainer.max_epochs=3",
+    "model.epsilon=0.05",
+    "attack.steps=1",
+    "model.eval_attack.steps=1",
+    "test=false",
+    "callbacks.rich_progress_bar=null",
+    "logger=csv",
+    "callbacks.synbench=null",
+]
 
 
 class _Killed(RuntimeError):
@@ -35,8 +43,11 @@ def test_kill_and_resume_matches_uninterrupted(tmp_path, monkeypatch) -> None:
     full_metrics, full = train_mod.train(compose_cfg("train.yaml", OVERRIDES, tmp_path / "full"))
 
     orig = train_mod.instantiate_list
-    monkeypatch.setattr(train_mod, "instantiate_list",
-                        lambda c: orig(c) + ([_KillAtEpoch(2)] if c is not None and "model_checkpoint" in c else []))
+    monkeypatch.setattr(
+        train_mod,
+        "instantiate_list",
+        lambda c: orig(c) + ([_KillAtEpoch(2)] if c is not None and "model_checkpoint" in c else []),
+    )
     with pytest.raises(_Killed):
         train_mod.train(compose_cfg("train.yaml", OVERRIDES, tmp_path / "killed"))
     monkeypatch.setattr(train_mod, "instantiate_list", orig)
@@ -44,7 +55,8 @@ def test_kill_and_resume_matches_uninterrupted(tmp_path, monkeypatch) -> None:
     assert (ckpts / "last.ckpt").is_file() and (ckpts / "on_exception.ckpt").is_file()
 
     resumed_metrics, resumed = train_mod.train(
-        compose_cfg("train.yaml", OVERRIDES + [f"ckpt_path={ckpts / 'last.ckpt'}"], tmp_path / "killed"))
+        compose_cfg("train.yaml", OVERRIDES + [f"ckpt_path={ckpts / 'last.ckpt'}"], tmp_path / "killed")
+    )
     assert resumed["trainer"].current_epoch == full["trainer"].current_epoch == 3
     torch.testing.assert_close(resumed["model"].head.weight, full["model"].head.weight, rtol=0, atol=1e-6)
     for key in ("val/acc", "val/adv/acc_l2_0p05", "val/loss"):

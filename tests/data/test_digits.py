@@ -1,4 +1,5 @@
 """Digits DataModule and the shared helpers: range, split, stratification, seeded order, indices, DDP sharding."""
+
 from __future__ import annotations
 
 import lightning as L
@@ -142,8 +143,15 @@ class _Recorder(L.LightningModule):
 
 def _trainer(tmp_path, max_epochs: int) -> L.Trainer:
     return L.Trainer(
-        max_epochs=max_epochs, accelerator="cpu", devices=1, logger=False, enable_progress_bar=False,
-        enable_model_summary=False, enable_checkpointing=False, default_root_dir=tmp_path, limit_val_batches=0,
+        max_epochs=max_epochs,
+        accelerator="cpu",
+        devices=1,
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        enable_checkpointing=False,
+        default_root_dir=tmp_path,
+        limit_val_batches=0,
     )
 
 

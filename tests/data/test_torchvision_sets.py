@@ -1,4 +1,5 @@
 """TorchvisionDataModule: an image folder end to end, and the clear errors when data is missing offline."""
+
 from __future__ import annotations
 
 import socket

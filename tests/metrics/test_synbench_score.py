@@ -1,4 +1,5 @@
 """SynBenchScore: equals the runner on identical samples, and is exact under 2-process DDP (gloo)."""
+
 from __future__ import annotations
 
 import os
@@ -12,8 +13,16 @@ from src.metrics import SynBenchScore
 from src.metrics.synbench_score import synbench_distributed
 from src.synbench import SynBenchConfig, synbench
 
-CFG = SynBenchConfig(s_values=(0.5, 1.0, 2.0, 3.0), n_train=300, n_test=200, eps=(0.0, 0.2, 0.4), a_T=(0.7,),
-                     normalization="none", chunk_size=64, batch_size=64)
+CFG = SynBenchConfig(
+    s_values=(0.5, 1.0, 2.0, 3.0),
+    n_train=300,
+    n_test=200,
+    eps=(0.0, 0.2, 0.4),
+    a_T=(0.7,),
+    normalization="none",
+    chunk_size=64,
+    batch_size=64,
+)
 SHAPE = (3, 4, 4)
 _P = torch.randn(48, 10, generator=torch.Generator().manual_seed(0))
 

@@ -1,4 +1,5 @@
 """epsilon=auto: the probe picks argmax_eps SynBench-Score of its backbone before fitting (paper section 4.3)."""
+
 from __future__ import annotations
 
 import lightning as L
@@ -13,18 +14,32 @@ from src.synbench import SynBenchConfig
 
 from .test_robust_probe import _Toy
 
-AUTO = dict(input_size=8, s_values=(0.5, 1.0, 2.0, 3.0), n_train=300, n_test=150, eps=(0.0, 0.2, 0.4),
-            a_T=(0.6,), chunk_size=50)
+AUTO = dict(
+    input_size=8, s_values=(0.5, 1.0, 2.0, 3.0), n_train=300, n_test=150, eps=(0.0, 0.2, 0.4), a_T=(0.6,), chunk_size=50
+)
 
 
 def test_auto_epsilon_is_the_synbench_argmax() -> None:
     torch.manual_seed(0)
     bb = create_backbone("timm:test_efficientnet", pretrained=False)
-    model = RobustLinearProbe(backbone=bb, num_classes=2, epsilon="auto", auto_epsilon={**AUTO, "scale": 0.5},
-                              attack={"steps": 1}, scheduler=None)
+    model = RobustLinearProbe(
+        backbone=bb,
+        num_classes=2,
+        epsilon="auto",
+        auto_epsilon={**AUTO, "scale": 0.5},
+        attack={"steps": 1},
+        scheduler=None,
+    )
     assert model.epsilon is None
-    L.Trainer(max_epochs=1, accelerator="cpu", logger=False, enable_checkpointing=False, enable_progress_bar=False,
-              limit_train_batches=1, inference_mode=False).fit(model, DataLoader(_Toy(size=8), batch_size=16))
+    L.Trainer(
+        max_epochs=1,
+        accelerator="cpu",
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        limit_train_batches=1,
+        inference_mode=False,
+    ).fit(model, DataLoader(_Toy(size=8), batch_size=16))
     fields = {k: v for k, v in AUTO.items() if k != "input_size"}
     _, res = synbench_distributed(bb.eval().embed, (3, 8, 8), SynBenchConfig(**fields))
     scores = {e: res.score(e) for e in fields["eps"]}
@@ -33,8 +48,14 @@ def test_auto_epsilon_is_the_synbench_argmax() -> None:
 
 
 def test_bad_scale_is_an_error() -> None:
-    model = RobustLinearProbe(backbone=create_backbone("timm:test_efficientnet", pretrained=False), num_classes=2,
-                              epsilon="auto", auto_epsilon={**AUTO, "scale": 0.0}, scheduler=None)
+    model = RobustLinearProbe(
+        backbone=create_backbone("timm:test_efficientnet", pretrained=False),
+        num_classes=2,
+        epsilon="auto",
+        auto_epsilon={**AUTO, "scale": 0.0},
+        scheduler=None,
+    )
     with pytest.raises(ValueError, match="scale"):
-        L.Trainer(max_epochs=1, accelerator="cpu", logger=False, enable_progress_bar=False,
-                  inference_mode=False).fit(model, DataLoader(_Toy(size=8), batch_size=16))
+        L.Trainer(max_epochs=1, accelerator="cpu", logger=False, enable_progress_bar=False, inference_mode=False).fit(
+            model, DataLoader(_Toy(size=8), batch_size=16)
+        )

@@ -1,4 +1,5 @@
 """RobustLinearProbe: frozen backbone, feature cache, PGD training, input validation."""
+
 from __future__ import annotations
 
 import lightning as L
@@ -16,7 +17,9 @@ class _Toy(Dataset):
     def __init__(self, n: int = 48, size: int = 16, seed: int = 0) -> None:
         g = torch.Generator().manual_seed(seed)
         self.y = torch.arange(n) % 2
-        self.x = (0.5 + 0.15 * (2 * self.y.float() - 1).view(-1, 1, 1, 1) + 0.1 * torch.randn(n, 3, size, size, generator=g)).clamp(0, 1)
+        self.x = (
+            0.5 + 0.15 * (2 * self.y.float() - 1).view(-1, 1, 1, 1) + 0.1 * torch.randn(n, 3, size, size, generator=g)
+        ).clamp(0, 1)
 
     def __len__(self) -> int:
         return len(self.y)
@@ -32,9 +35,17 @@ def _probe(**kw) -> RobustLinearProbe:
 
 
 def _trainer(epochs: int = 2, **kw) -> L.Trainer:
-    return L.Trainer(max_epochs=epochs, accelerator="cpu", logger=False, enable_checkpointing=False,
-                     enable_progress_bar=False, enable_model_summary=False, inference_mode=False,
-                     num_sanity_val_steps=0, **kw)
+    return L.Trainer(
+        max_epochs=epochs,
+        accelerator="cpu",
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        inference_mode=False,
+        num_sanity_val_steps=0,
+        **kw,
+    )
 
 
 def test_backbone_stays_frozen_and_in_eval_mode() -> None:
@@ -89,14 +100,17 @@ def test_pgd_evaluation_under_inference_mode_is_a_clear_error() -> None:
         trainer.validate(model, DataLoader(_Toy(), batch_size=16))
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    ({"epsilon": -0.1}, "epsilon must be a finite number >= 0"),
-    ({"epsilon": float("nan")}, "epsilon must be a finite number >= 0"),
-    ({"epsilon": "big"}, "'auto'"),
-    ({"eval_epsilons": [-1.0]}, "eval_epsilons"),
-    ({"num_classes": 1}, "num_classes"),
-    ({"attack": {"norm": "l1"}}, "norm"),
-])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"epsilon": -0.1}, "epsilon must be a finite number >= 0"),
+        ({"epsilon": float("nan")}, "epsilon must be a finite number >= 0"),
+        ({"epsilon": "big"}, "'auto'"),
+        ({"eval_epsilons": [-1.0]}, "eval_epsilons"),
+        ({"num_classes": 1}, "num_classes"),
+        ({"attack": {"norm": "l1"}}, "norm"),
+    ],
+)
 def test_bad_arguments(kwargs, match) -> None:
     args = {"epsilon": 0.0, "num_classes": 2, **kwargs}
     with pytest.raises(ValueError, match=match):
@@ -110,11 +124,14 @@ def test_label_count_mismatch_is_named() -> None:
         _trainer(1).fit(_probe(), DataLoader(ds, batch_size=16))
 
 
-@pytest.mark.parametrize("mutate, err, match", [
-    (lambda ds: setattr(ds, "x", ds.x * 255), ValueError, r"\[0, 1\]"),
-    (lambda ds: setattr(ds, "x", (ds.x * 255).to(torch.uint8)), TypeError, "float"),
-    (lambda ds: setattr(ds, "x", ds.x[:, :1]), ValueError, "shape"),
-])
+@pytest.mark.parametrize(
+    "mutate, err, match",
+    [
+        (lambda ds: setattr(ds, "x", ds.x * 255), ValueError, r"\[0, 1\]"),
+        (lambda ds: setattr(ds, "x", (ds.x * 255).to(torch.uint8)), TypeError, "float"),
+        (lambda ds: setattr(ds, "x", ds.x[:, :1]), ValueError, "shape"),
+    ],
+)
 def test_bad_images_are_named(mutate, err, match) -> None:
     ds = _Toy()
     mutate(ds)

@@ -1,5 +1,6 @@
 """Robust Bayes classifier (src/synbench/bayes.py) against independent scipy solves and a direct
 implementation of Algorithm 1."""
+
 import numpy as np
 import pytest
 import torch
@@ -47,9 +48,14 @@ def test_l2_against_scipy(log_cond, rank, eps):
     m = mu.numpy()
     budget = eps * np.linalg.norm(f.T @ m)  # relative ε: ‖Fᵀμ̃‖ (official)
     obj = lambda x: (m - x) @ p @ (m - x)  # noqa: E731
-    ref = minimize(obj, np.zeros(8), jac=lambda x: -2 * p @ (m - x), method="SLSQP",
-                   constraints=[{"type": "ineq", "fun": lambda x: budget**2 - x @ x, "jac": lambda x: -2 * x}],
-                   options={"ftol": 1e-15, "maxiter": 2000})
+    ref = minimize(
+        obj,
+        np.zeros(8),
+        jac=lambda x: -2 * p @ (m - x),
+        method="SLSQP",
+        constraints=[{"type": "ineq", "fun": lambda x: budget**2 - x @ x, "jac": lambda x: -2 * x}],
+        options={"ftol": 1e-15, "maxiter": 2000},
+    )
     zn = z.numpy()
     # Feasible (active constraint, to rounding) and never worse than the independent solver; SLSQP's own
     # accuracy on cond 1e8 is ~1e-7 relative, hence the tolerance.
@@ -89,8 +95,14 @@ def test_linf_against_scipy(d, rank, eps):
     m = mu.numpy()
     beta = eps * np.abs(m).max()
     obj = lambda x: (m - x) @ p @ (m - x)  # noqa: E731
-    ref = minimize(obj, np.zeros(d), jac=lambda x: -2 * p @ (m - x), method="L-BFGS-B", bounds=[(-beta, beta)] * d,
-                   options={"ftol": 1e-15, "gtol": 1e-12, "maxiter": 5000})
+    ref = minimize(
+        obj,
+        np.zeros(d),
+        jac=lambda x: -2 * p @ (m - x),
+        method="L-BFGS-B",
+        bounds=[(-beta, beta)] * d,
+        options={"ftol": 1e-15, "gtol": 1e-12, "maxiter": 5000},
+    )
     zn = z.numpy()
     assert np.abs(zn).max() <= beta * (1 + 1e-12)
     assert obj(zn) <= ref.fun * (1 + 1e-8) + 1e-12  # BVLS is exact; L-BFGS-B is the independent check
@@ -124,8 +136,10 @@ def test_evaluate_matches_direct_algorithm_1():
     acc, bnd = evaluate_representation(z, y, zt, yt, [0.0])
     zn, yn, ztn, ytn = z.numpy(), y.numpy(), zt.numpy(), yt.numpy()
     m1, m0 = zn[yn == 1].mean(0), zn[yn == 0].mean(0)
-    cov = (np.cov(zn[yn == 1], rowvar=False) * ((yn == 1).sum() - 1)
-           + np.cov(zn[yn == 0], rowvar=False) * ((yn == 0).sum() - 1)) / (len(yn) - 2)
+    cov = (
+        np.cov(zn[yn == 1], rowvar=False) * ((yn == 1).sum() - 1)
+        + np.cov(zn[yn == 0], rowvar=False) * ((yn == 0).sum() - 1)
+    ) / (len(yn) - 2)
     mt = (m1 - m0) / 2
     w = np.linalg.solve(cov, mt)
     margin = (ztn - (m1 + m0) / 2) @ w
@@ -166,8 +180,9 @@ def test_statistics_are_additive_and_shift_stable():
     np.testing.assert_allclose(fit_gaussian(zero_shift)[2].numpy(), cov, rtol=1e-9, atol=1e-10)
     clf = classifier_from_statistics(whole, [0.0, 0.4])
     ts = test_statistics(z[:400], y[:400], clf) + test_statistics(z[400:], y[400:], clf)
-    torch.testing.assert_close(finalize_test_statistics(ts)[0],
-                               finalize_test_statistics(test_statistics(z, y, clf))[0], rtol=0, atol=1e-15)
+    torch.testing.assert_close(
+        finalize_test_statistics(ts)[0], finalize_test_statistics(test_statistics(z, y, clf))[0], rtol=0, atol=1e-15
+    )
 
 
 def test_bad_inputs():

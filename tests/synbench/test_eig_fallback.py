@@ -1,4 +1,5 @@
 """retained_eig falls back to scipy's MRRR driver when LAPACK's syevd does not converge."""
+
 from __future__ import annotations
 
 import torch
@@ -19,5 +20,6 @@ def test_fallback_gives_the_same_eigenpairs(monkeypatch) -> None:
     vals, vecs = bayes.retained_eig(cov)
     torch.testing.assert_close(vals, ref_vals, rtol=1e-9, atol=1e-12)
     # eigenvectors up to sign: compare the projectors
-    torch.testing.assert_close(vecs @ torch.diag(vals) @ vecs.T, ref_vecs @ torch.diag(ref_vals) @ ref_vecs.T,
-                               rtol=1e-9, atol=1e-10)
+    torch.testing.assert_close(
+        vecs @ torch.diag(vals) @ vecs.T, ref_vecs @ torch.diag(ref_vals) @ ref_vecs.T, rtol=1e-9, atol=1e-10
+    )

@@ -1,4 +1,5 @@
 """End-to-end synbench() runs on tiny inputs (src/synbench/runner.py)."""
+
 import gc
 import io
 import json
@@ -54,8 +55,10 @@ def test_invariances_on_identical_samples():
     torch.testing.assert_close(res.bound, base.bound, rtol=1e-10, atol=0)
 
 
-@pytest.mark.parametrize("extra", [dict(covariance="banded"), dict(class_prior=0.3),
-                                   dict(class_prior=0.3, prior_correction=True), dict(norm="linf")])
+@pytest.mark.parametrize(
+    "extra",
+    [dict(covariance="banded"), dict(class_prior=0.3), dict(class_prior=0.3, prior_correction=True), dict(norm="linf")],
+)
 def test_variants_identity_near_one(extra):
     # Gaussian-H uses the Mahalanobis reference Φ(κs); τ ≠ 1/2 uses Theorem 3.1 (official) or A.3 (corrected);
     # ℓ∞: for μ̃ ∝ 1 every robust direction coincides with LDA on the raw data. Same tolerance as above.
@@ -67,12 +70,19 @@ def test_variants_identity_near_one(extra):
 
 def test_real_conv_net_serialization_and_figure():
     torch.manual_seed(0)
-    net = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.BatchNorm2d(8), torch.nn.ReLU(),
-                              torch.nn.Conv2d(8, 16, 3, stride=2), torch.nn.ReLU(), torch.nn.AdaptiveAvgPool2d(2),
-                              torch.nn.Flatten()).train()
+    net = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 8, 3),
+        torch.nn.BatchNorm2d(8),
+        torch.nn.ReLU(),
+        torch.nn.Conv2d(8, 16, 3, stride=2),
+        torch.nn.ReLU(),
+        torch.nn.AdaptiveAvgPool2d(2),
+        torch.nn.Flatten(),
+    ).train()
     running = net[1].running_mean.clone()
-    cfg = SynBenchConfig(s_values=tuple(np.round(np.arange(0.5, 5.0, 0.5), 10)), n_train=512, n_test=512,
-                         eps=(0.0, 0.2, 0.6))
+    cfg = SynBenchConfig(
+        s_values=tuple(np.round(np.arange(0.5, 5.0, 0.5), 10)), n_train=512, n_test=512, eps=(0.0, 0.2, 0.6)
+    )
     res = synbench(net, input_shape=(3, 12, 12), config=cfg, progress=True)
     assert net.training and torch.equal(net[1].running_mean, running)  # ran in eval mode, mode restored
     assert res.feature_dim == 64
@@ -148,8 +158,14 @@ def test_memory_does_not_grow_with_s():
             counts.append(sum(1 for o in gc.get_objects() if issubclass(type(o), torch.Tensor) and o.numel() >= d * d))
             return x.flatten(1) @ r
 
-        cfg = SynBenchConfig(s_values=tuple(0.5 * (i + 1) for i in range(k)), n_train=128, n_test=128,
-                             eps=(0.0, 0.5), normalization="none", a_T=(0.7,))
+        cfg = SynBenchConfig(
+            s_values=tuple(0.5 * (i + 1) for i in range(k)),
+            n_train=128,
+            n_test=128,
+            eps=(0.0, 0.5),
+            normalization="none",
+            a_T=(0.7,),
+        )
         synbench(fn, input_shape=(3, 4, 4), config=cfg)
         return max(counts)
 

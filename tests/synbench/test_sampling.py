@@ -1,4 +1,5 @@
 """Synthetic Gaussian inputs (src/synbench/sampling.py): reproducibility and realised moments."""
+
 import math
 
 import numpy as np

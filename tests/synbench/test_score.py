@@ -1,4 +1,5 @@
 """SynBench-Score (src/synbench/score.py): eq. 2 and eq. 3, grid (official) and exact integrals."""
+
 import math
 
 import numpy as np
@@ -43,8 +44,13 @@ def test_grid_matches_official_expression():
     sz = S.size
     temp = np.array([0.6, 0.7, 0.8, 0.9])
     curve = lambda aa, bb: (np.repeat(bb.reshape(1, sz), 100, axis=0) * (aa > xgrid)).sum(axis=1) / sz  # noqa: E731
-    area = lambda c: (np.repeat(c.reshape(100, 1), temp.size, axis=1)  # noqa: E731
-                      * (np.repeat(xgrid, temp.size, axis=1) >= temp.reshape(1, temp.size))).sum(axis=0)
+
+    def area(c):
+        return (
+            np.repeat(c.reshape(100, 1), temp.size, axis=1)
+            * (np.repeat(xgrid, temp.size, axis=1) >= temp.reshape(1, temp.size))
+        ).sum(axis=0)
+
     official = area(curve(a, b)) / area(curve(A_REF, B_REF))
     ours = [synbench_score(a, b, A_REF, B_REF, t, "grid") for t in temp]
     np.testing.assert_allclose(ours, official, rtol=1e-13)

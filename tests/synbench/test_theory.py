@@ -1,4 +1,5 @@
 """Closed forms of src/synbench/theory.py against hand computations and Monte Carlo."""
+
 import math
 
 import numpy as np
