@@ -17,8 +17,9 @@ import numpy as np
 import torch
 
 from src.utils.modes import eval_mode
+from src.utils.threads import torch_threads
 
-from .bayes import TrainStats, classifier_from_statistics, finalize_test_statistics, test_statistics, torch_threads
+from .bayes import TrainStats, classifier_from_statistics, finalize_test_statistics, test_statistics
 from .config import IMAGENET_MEAN, IMAGENET_STD, SynBenchConfig
 from .sampling import banded_cholesky, banded_margin_scale, iter_samples
 from .score import expected_bound_curve, official_grid, synbench_score

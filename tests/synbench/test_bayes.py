@@ -214,7 +214,7 @@ def test_bad_inputs():
 def test_linf_bvls_fallback_agrees(monkeypatch):
     # The exact BVLS fallback (used when the active-set iteration does not certify its KKT conditions) gives the
     # same classifier as the primary path, on full-rank and singular covariances.
-    import src.synbench.bayes as bayes
+    import src.synbench.bayes._linf as bayes
 
     for rank in (None, 12):
         cov, mu = _spd(20, 3, seed=8, rank=rank)
