@@ -1,0 +1,37 @@
+"""Task Priors (Patel & Balestriero, arXiv:2507.09871): the centred cosine kernel, closed-form moments of the
+kernel alignment Tr(MG) computed in tiles (never n × n in memory), and the prefix sampler of labelings.
+No Lightning imports here: the torchmetric, callback and LightningModule are shells over these functions."""
+
+from .kernels import CenteredCosine, centered_cosine_kernel, centered_normalized_features, kernel_frobenius_norm
+from .moments import (
+    DEFAULT_BLOCK_SIZE,
+    DEFAULT_EVAL_SCALE,
+    DEFAULT_PRIOR_SCALE,
+    kernel_scale,
+    kernel_source,
+    moment_sums,
+    sharded_moment_sums,
+    task_prior_moments,
+    tile_moment_sums,
+)
+from .sampler import DEFAULT_SAMPLER_SCALE, prior_factor, sample_task_labels, sequential_log_prob
+
+__all__ = [
+    "DEFAULT_BLOCK_SIZE",
+    "DEFAULT_EVAL_SCALE",
+    "DEFAULT_PRIOR_SCALE",
+    "DEFAULT_SAMPLER_SCALE",
+    "CenteredCosine",
+    "centered_cosine_kernel",
+    "centered_normalized_features",
+    "kernel_frobenius_norm",
+    "kernel_scale",
+    "kernel_source",
+    "moment_sums",
+    "prior_factor",
+    "sample_task_labels",
+    "sequential_log_prob",
+    "sharded_moment_sums",
+    "task_prior_moments",
+    "tile_moment_sums",
+]
