@@ -1,6 +1,15 @@
-"""LightningModules: ε-robust linear probing (more to come: robust fine-tuning, Task-Prior probes)."""
+"""LightningModules. Every class exported here is registered with the checkpoint allow-list
+(``src.utils.checkpoint.register_module``), so ``load_module`` / ``python -m src.eval`` can rebuild it."""
 
-from .robust_probe import RobustLinearProbe, build_backbone
+from .base import RepBenchModule, backbone_spec, build_backbone, unpack_batch
+from .robust_probe import RobustLinearProbe
 from .supervised import SupervisedPretraining
 
-__all__ = ["RobustLinearProbe", "SupervisedPretraining", "build_backbone"]
+__all__ = [
+    "RepBenchModule",
+    "RobustLinearProbe",
+    "SupervisedPretraining",
+    "backbone_spec",
+    "build_backbone",
+    "unpack_batch",
+]

@@ -9,54 +9,56 @@ per sample, later epochs never call it).
 
 from __future__ import annotations
 
+import logging
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-import lightning as L
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 from torchmetrics.classification import MulticlassAccuracy
 
 from src.attacks import pgd_attack
-from src.backbones import Backbone, check_images, create_backbone
+from src.backbones import Backbone, check_images
+from src.features import FeatureExtractor
 from src.utils import format_eps
-from src.utils.checkpoint import record_module_class
+from src.utils.checkpoint import register_module
 
-from .feature_cache import FeatureCache
+from .base import RepBenchModule, unpack_batch
+from .feature_cache import FeatureCache, find_random_transforms
 
-__all__ = ["RobustLinearProbe", "build_backbone"]
+__all__ = ["ATTACK_DEFAULTS", "EVAL_ATTACK_DEFAULTS", "RobustLinearProbe"]
+
+log = logging.getLogger("repbench")
+
+# Code defaults equal configs/ (tests/test_defaults.py): configs/attack/pgd_l2.yaml and model/robust_probe.yaml
+ATTACK_DEFAULTS: dict[str, Any] = {"norm": "l2", "steps": 2, "step_size": None, "random_start": True}
+EVAL_ATTACK_DEFAULTS: dict[str, Any] = {"steps": 5}
 
 # The frozen backbone is in eval mode on purpose ("frozen means frozen"); Lightning warns about that at fit start.
 warnings.filterwarnings("ignore", message=r".*module\(s\) in eval mode at the start of training.*")
 
 _STAGE_CODE = {"train": 1, "val": 2, "test": 3}
+_ATTACK_KEYS = ("norm", "steps", "step_size", "random_start")
 
 
-def build_backbone(spec: Backbone | str | Mapping[str, Any]) -> Backbone:
-    """A Backbone, a registry name, or a mapping ``{name: ..., **opts}``."""
-    if isinstance(spec, Backbone):
-        return spec
-    if isinstance(spec, str):
-        return create_backbone(spec)
-    if isinstance(spec, Mapping) and "name" in spec:
-        opts = {k: v for k, v in spec.items() if k != "name"}
-        return create_backbone(spec["name"], **opts)
-    raise TypeError(
-        f"backbone must be a Backbone, a name like 'embedded:efficientnet_lite0' or {{name: ...}}, got {spec!r}"
-    )
+def _attack_config(cfg: dict[str, Any], name: str) -> dict[str, Any]:
+    """Validate a PGD config (keys of ``ATTACK_DEFAULTS``)."""
+    unknown = sorted(set(cfg) - set(_ATTACK_KEYS))
+    if unknown:
+        raise ValueError(f"{name} has unknown keys {unknown}; expected {list(_ATTACK_KEYS)}")
+    if cfg["norm"] not in ("l2", "linf"):
+        raise ValueError(f"{name}.norm must be 'l2' or 'linf', got {cfg['norm']!r}")
+    if int(cfg["steps"]) < 1:
+        raise ValueError(f"{name}.steps must be >= 1, got {cfg['steps']}")
+    if cfg["step_size"] is not None and not float(cfg["step_size"]) > 0:
+        raise ValueError(f"{name}.step_size must be > 0 or null (2.5 eps / steps), got {cfg['step_size']}")
+    return cfg
 
 
-def _unpack(batch: Any) -> tuple[Tensor, Tensor, Tensor | None]:
-    if isinstance(batch, Mapping):
-        return batch["image"], batch["label"], batch.get("index")
-    if len(batch) == 3:
-        return batch[0], batch[1], batch[2]
-    return batch[0], batch[1], None
-
-
-class RobustLinearProbe(L.LightningModule):
+@register_module
+class RobustLinearProbe(RepBenchModule):
     """Frozen backbone (always in eval mode) + linear head, trained clean (ε = 0) or adversarially (ε > 0).
 
     Args:
@@ -80,9 +82,9 @@ class RobustLinearProbe(L.LightningModule):
         self,
         backbone: Backbone | str | Mapping[str, Any] = "embedded:efficientnet_lite0",
         num_classes: int = 10,
-        epsilon: float | str = 0.0,
+        epsilon: float | str = 0.05,
         attack: Mapping[str, Any] | None = None,
-        eval_epsilons: Sequence[float] = (),
+        eval_epsilons: Sequence[float] = (0.05,),
         eval_attack: Mapping[str, Any] | None = None,
         lr: float = 3e-3,
         weight_decay: float = 0.0,
@@ -93,29 +95,23 @@ class RobustLinearProbe(L.LightningModule):
         auto_epsilon: Mapping[str, Any] | None = None,
         seed: int = 0,
     ) -> None:
-        super().__init__()
         if isinstance(epsilon, str) and epsilon != "auto":
             raise ValueError(f"epsilon must be a number >= 0 or 'auto', got {epsilon!r}")
         if not isinstance(epsilon, str) and not (float(epsilon) >= 0 and float(epsilon) < float("inf")):
             raise ValueError(f"epsilon must be a finite number >= 0 (pixel-space budget), got {epsilon}")
-        if int(num_classes) < 2:
-            raise ValueError(f"num_classes must be >= 2, got {num_classes}")
         if any(not (float(e) >= 0) for e in eval_epsilons):
             raise ValueError(f"eval_epsilons must be >= 0, got {list(eval_epsilons)}")
-        if optimizer not in ("adam", "sgd", "adamw"):
-            raise ValueError(f"optimizer must be 'adam', 'adamw' or 'sgd', got {optimizer!r}")
-        spec = backbone.name if isinstance(backbone, Backbone) else backbone
-        self.save_hyperparameters({"backbone": spec if isinstance(spec, str) else dict(spec)})
-        self.save_hyperparameters(ignore=["backbone"])
-        self.backbone = build_backbone(backbone)
+        attack_cfg = _attack_config({**ATTACK_DEFAULTS, **dict(attack or {})}, "attack")
+        eval_cfg = {**attack_cfg, "random_start": False, **EVAL_ATTACK_DEFAULTS, **dict(eval_attack or {})}
+        eval_cfg = _attack_config(eval_cfg, "eval_attack")
+        super().__init__(backbone)
         self.backbone.requires_grad_(False).eval()
         self.head = nn.Linear(self.backbone.embed_dim, int(num_classes))
-        self.attack_cfg = {"norm": "l2", "steps": 10, "step_size": None, "random_start": True, **(attack or {})}
-        self.eval_attack_cfg = {**self.attack_cfg, "random_start": False, **(eval_attack or {})}
-        if self.attack_cfg["norm"] not in ("l2", "linf") or self.eval_attack_cfg["norm"] not in ("l2", "linf"):
-            raise ValueError("attack.norm must be 'l2' or 'linf'")
+        self.attack_cfg = attack_cfg
+        self.eval_attack_cfg = eval_cfg
         self.epsilon: float | None = None if epsilon == "auto" else float(epsilon)
         self.eval_epsilons = [float(e) for e in eval_epsilons]
+        self.cache_enabled = bool(feature_cache)  # turned off at fit start when the training images are random
         self._cache = FeatureCache()
         self._val_cache = FeatureCache()
         self._checked: set[str] = set()
@@ -156,29 +152,24 @@ class RobustLinearProbe(L.LightningModule):
         if stage in self._checked:
             return
         check_images(x, name=f"{stage} images", value_range=(0.0, 1.0) if self.hparams.check_input_range else None)
-        if y.dtype not in (torch.int64, torch.int32, torch.int16, torch.uint8):
-            raise TypeError(f"{stage} labels must be integer class indices, got dtype {y.dtype}")
-        if y.numel() and (int(y.min()) < 0 or int(y.max()) >= self.hparams.num_classes):
-            raise ValueError(
-                f"{stage} labels lie in [{int(y.min())}, {int(y.max())}] but model.num_classes="
-                f"{self.hparams.num_classes}; set model.num_classes to the data's number of classes"
-            )
+        self.check_labels(y, stage)
         self._checked.add(stage)
 
     def _clean_features(self, x: Tensor, index: Tensor | None, cache: FeatureCache | None) -> Tensor:
-        with torch.no_grad():
-            if cache is None or index is None:
+        """Frozen-backbone features; through ``cache`` (by dataset index) when one is given."""
+        if cache is None or index is None:
+            with torch.no_grad():
                 return self.backbone.embed(x)
-            cached, hit = cache.lookup(index)
-            if bool(hit.all()):
-                return cached
-            feats = self.backbone.embed(x[~hit])
-            if not torch.isfinite(feats).all():
-                raise FloatingPointError(f"backbone {self.backbone.name} produced non-finite features")
-            cache.store(index[~hit], feats)
-            out = cached.clone() if cached is not None else feats.new_empty(len(index), feats.shape[1])
-            out[~hit] = feats
-            return out
+        cached, hit = cache.lookup(index)
+        if bool(hit.all()):
+            return cached
+        feats = FeatureExtractor(self.backbone.embed, max_batch=max(1, len(x)))(x[~hit])
+        if not torch.isfinite(feats).all():
+            raise FloatingPointError(f"backbone {self.backbone.name} produced non-finite features")
+        cache.store(index[~hit], feats)  # copies out of inference mode into the cache's own tensor
+        out = cached.clone() if cached is not None else cache.features.new_empty(len(index), cache.features.shape[1])
+        out[~hit] = cache.features[index[~hit].to(out.device)]
+        return out
 
     def _attack(self, x: Tensor, y: Tensor, eps: float, cfg: Mapping[str, Any], stage: str, batch_idx: int) -> Tensor:
         if torch.is_inference_mode_enabled():
@@ -199,13 +190,11 @@ class RobustLinearProbe(L.LightningModule):
         )
 
     # ------------------------------------------------------------------ fitting
+    def trainable_parameters(self) -> Iterable[nn.Parameter]:
+        return self.head.parameters()  # the backbone is frozen
+
     def setup(self, stage: str) -> None:
-        dm = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
-        n = getattr(dm, "num_classes", None)
-        if n is not None and int(n) != int(self.hparams.num_classes):
-            raise ValueError(
-                f"the data has {n} classes but model.num_classes={self.hparams.num_classes}; set model.num_classes={n}"
-            )
+        self.check_datamodule_classes()
         if self.epsilon is None and stage == "fit":
             from .auto_epsilon import select_epsilon
 
@@ -217,12 +206,37 @@ class RobustLinearProbe(L.LightningModule):
             m.reset()
         self.backbone.eval()
 
+    def _check_cache_validity(self) -> None:
+        """The cache keys features by dataset index: random training (or validation) transforms would freeze the
+        first epoch's crops/flips for every later epoch. Detect them and train without the cache instead."""
+        if not self.cache_enabled or float(self.epsilon or 0.0) != 0.0:
+            return
+        trainer = self.trainer
+        sources = {
+            "training": (trainer.train_dataloader, getattr(trainer, "datamodule", None)),
+            "validation": (trainer.val_dataloaders, None),
+        }
+        for split, (loaders, dm) in sources.items():
+            found = find_random_transforms(loaders, datamodule=dm)
+            if found:
+                self.cache_enabled = False
+                self._cache.clear()
+                self._val_cache.clear()
+                log.warning(
+                    "feature cache turned off: the %s images are random (%s), so cached features would repeat the "
+                    "first epoch's augmentation; every epoch runs the backbone (set model.feature_cache=false to "
+                    "silence this, or use a deterministic transform to keep the cache)",
+                    split,
+                    "; ".join(found),
+                )
+                return
+
     def training_step(self, batch: Any, batch_idx: int) -> Tensor:
-        x, y, index = _unpack(batch)
+        x, y, index = unpack_batch(batch)
         self._check_batch("train", x, y)
         eps = float(self.epsilon or 0.0)
         if eps == 0.0:
-            feats = self._clean_features(x, index, self._cache if self.hparams.feature_cache else None)
+            feats = self._clean_features(x, index, self._cache if self.cache_enabled else None)
         else:
             x_adv = self._attack(x, y, eps, self.attack_cfg, "train", batch_idx)
             with torch.no_grad():
@@ -240,9 +254,9 @@ class RobustLinearProbe(L.LightningModule):
         return loss
 
     def _eval_step(self, stage: str, batch: Any, batch_idx: int) -> None:
-        x, y, index = _unpack(batch)
+        x, y, index = unpack_batch(batch)
         self._check_batch(stage, x, y)
-        cache = self._val_cache if (stage == "val" and self.hparams.feature_cache) else None
+        cache = self._val_cache if (stage == "val" and self.cache_enabled) else None
         logits = self.head(self._clean_features(x, index, cache))
         acc = self.val_acc if stage == "val" else self.test_acc
         acc(logits, y)
@@ -265,6 +279,7 @@ class RobustLinearProbe(L.LightningModule):
         self._eval_step("test", batch, batch_idx)
 
     def on_train_start(self) -> None:
+        self._check_cache_validity()
         for lg in self.loggers:  # the chosen epsilon (and, with epsilon=auto, the SynBench scores behind it)
             metrics = {"train/epsilon": float(self.epsilon or 0.0)}
             metrics.update(
@@ -274,23 +289,3 @@ class RobustLinearProbe(L.LightningModule):
                 }
             )
             lg.log_metrics(metrics, step=0)
-
-    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        record_module_class(self, checkpoint)
-
-    def configure_optimizers(self) -> Any:
-        params = self.head.parameters()
-        hp = self.hparams
-        if hp.optimizer == "sgd":
-            opt = torch.optim.SGD(params, lr=hp.lr, momentum=0.9, weight_decay=hp.weight_decay)
-        elif hp.optimizer == "adamw":
-            opt = torch.optim.AdamW(params, lr=hp.lr, weight_decay=hp.weight_decay)
-        else:
-            opt = torch.optim.Adam(params, lr=hp.lr, weight_decay=hp.weight_decay)
-        if hp.scheduler in (None, "none"):
-            return opt
-        if hp.scheduler != "cosine":
-            raise ValueError(f"scheduler must be 'cosine' or None, got {hp.scheduler!r}")
-        total = max(1, int(self.trainer.estimated_stepping_batches))
-        sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=total)
-        return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}

@@ -1,59 +1,68 @@
 """Supervised (pre)training of a whole backbone + linear head: the "monitor pretraining" demo of SynBench
-(synbench_icml2024.txt A.2, "model training": watch SynBench-Score while a model trains)."""
+(Ko et al., ICML 2024, arXiv:2210.02989, App. A.2 "model training": watch SynBench-Score while a model trains)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Any
 
-import lightning as L
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 from torchmetrics.classification import MulticlassAccuracy
 
 from src.backbones import Backbone, check_images
-from src.utils.checkpoint import record_module_class
+from src.utils.checkpoint import register_module
 
-from .robust_probe import _unpack, build_backbone
+from .base import RepBenchModule, unpack_batch
 
 __all__ = ["SupervisedPretraining"]
 
 
-class SupervisedPretraining(L.LightningModule):
+@register_module
+class SupervisedPretraining(RepBenchModule):
     """Cross-entropy training of ``backbone`` (all layers) and a linear head; exposes ``self.backbone`` so the
-    monitoring callbacks (``SynBenchCallback``) can follow its representation epoch by epoch."""
+    monitoring callbacks (``SynBenchCallback``) can follow its representation epoch by epoch.
+
+    Defaults equal ``configs/model/supervised.yaml`` with ``configs/backbone/timm_resnet10t_random.yaml``.
+    """
 
     def __init__(
         self,
-        backbone: Backbone | str | Mapping[str, Any] = "timm:test_efficientnet",
+        backbone: Backbone | str | Mapping[str, Any] = MappingProxyType(
+            {"name": "timm:resnet10t", "pretrained": False}
+        ),
         num_classes: int = 10,
         lr: float = 2e-3,
         weight_decay: float = 0.05,
         label_smoothing: float = 0.0,
+        optimizer: str = "adamw",
+        scheduler: str | None = "cosine",
     ) -> None:
-        super().__init__()
-        if int(num_classes) < 2:
-            raise ValueError(f"num_classes must be >= 2, got {num_classes}")
-        spec = backbone.name if isinstance(backbone, Backbone) else backbone
-        self.save_hyperparameters({"backbone": spec if isinstance(spec, str) else dict(spec)})
-        self.save_hyperparameters(ignore=["backbone"])
-        self.backbone = build_backbone(backbone)
+        if not 0.0 <= float(label_smoothing) < 1.0:
+            raise ValueError(f"label_smoothing must be in [0, 1), got {label_smoothing}")
+        super().__init__(backbone)
         self.head = nn.Linear(self.backbone.embed_dim, int(num_classes))
         self.train_acc = MulticlassAccuracy(int(num_classes), average="micro")
         self.val_acc = MulticlassAccuracy(int(num_classes), average="micro")
+        self.test_acc = MulticlassAccuracy(int(num_classes), average="micro")
 
     def forward(self, x: Tensor) -> Tensor:
         return self.head(self.backbone.embed(x))
 
+    def setup(self, stage: str) -> None:
+        self.check_datamodule_classes()
+
     def on_fit_start(self) -> None:
-        self.train_acc.reset()
-        self.val_acc.reset()
+        for metric in (self.train_acc, self.val_acc, self.test_acc):
+            metric.reset()  # states created in __init__ are shared between ddp_spawn workers until reset
 
     def training_step(self, batch: Any, batch_idx: int) -> Tensor:
-        x, y, _ = _unpack(batch)
+        x, y, _ = unpack_batch(batch)
         if batch_idx == 0:
             check_images(x, name="train images", value_range=(0.0, 1.0))
+            self.check_labels(y, "train")
         logits = self(x)
         loss = F.cross_entropy(logits, y, label_smoothing=self.hparams.label_smoothing)
         if not torch.isfinite(loss):
@@ -63,19 +72,16 @@ class SupervisedPretraining(L.LightningModule):
         self.log("train/acc", self.train_acc, on_step=False, on_epoch=True, batch_size=len(y))
         return loss
 
-    def validation_step(self, batch: Any, batch_idx: int) -> None:
-        x, y, _ = _unpack(batch)
+    def _eval_step(self, stage: str, batch: Any) -> None:
+        x, y, _ = unpack_batch(batch)
         logits = self(x)
-        self.val_acc(logits, y)
-        self.log("val/loss", F.cross_entropy(logits, y), batch_size=len(y), sync_dist=True)
-        self.log("val/acc", self.val_acc, prog_bar=True, batch_size=len(y))
+        acc = self.val_acc if stage == "val" else self.test_acc
+        acc(logits, y)
+        self.log(f"{stage}/loss", F.cross_entropy(logits, y), batch_size=len(y), sync_dist=True)
+        self.log(f"{stage}/acc", acc, prog_bar=True, batch_size=len(y))
 
-    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        record_module_class(self, checkpoint)
+    def validation_step(self, batch: Any, batch_idx: int) -> None:
+        self._eval_step("val", batch)
 
-    def configure_optimizers(self) -> Any:
-        opt = torch.optim.AdamW(self.parameters(), lr=self.hparams.lr, weight_decay=self.hparams.weight_decay)
-        sched = torch.optim.lr_scheduler.CosineAnnealingLR(
-            opt, T_max=max(1, int(self.trainer.estimated_stepping_batches))
-        )
-        return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
+    def test_step(self, batch: Any, batch_idx: int) -> None:
+        self._eval_step("test", batch)

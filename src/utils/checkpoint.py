@@ -1,33 +1,154 @@
-"""Loading RepBench checkpoints safely (``weights_only=True``) without knowing the module class in advance."""
+"""Loading RepBench checkpoints safely: ``torch.load(weights_only=True)`` and an allow-list of module classes.
+
+A checkpoint records which LightningModule wrote it (``record_module_class``, called from ``on_save_checkpoint``).
+:func:`load_module` rebuilds that class **only if it is registered** with :func:`register_module`: a checkpoint can
+never make us import or run code outside the project's own LightningModules. Register a new module class with the
+decorator::
+
+    @register_module
+    class MyModule(RepBenchModule): ...
+
+and export it from ``src/models/__init__.py`` (importing ``src.models`` registers every module class it exports).
+"""
 
 from __future__ import annotations
 
 import importlib
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 
-__all__ = ["MODULE_KEY", "load_module", "record_module_class"]
+__all__ = [
+    "MODULE_KEY",
+    "CheckpointError",
+    "checkpoint_class_name",
+    "load_module",
+    "read_checkpoint",
+    "record_module_class",
+    "register_module",
+    "registered_modules",
+]
 
 MODULE_KEY = "repbench_module"  # checkpoint entry naming the LightningModule class ("package.module:Class")
+_OWN_PACKAGE = "src.models"  # the only package whose modules load_module imports to find a registered class
+
+_REGISTRY: dict[str, type] = {}
+
+T = TypeVar("T", bound=type)
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that cannot be used here: unreadable, not written by RepBench, or naming another class."""
+
+
+def class_key(cls: type) -> str:
+    return f"{cls.__module__}:{cls.__qualname__}"
+
+
+def register_module(cls: T) -> T:
+    """Class decorator: allow :func:`load_module` to rebuild ``cls`` from a checkpoint."""
+    _REGISTRY[class_key(cls)] = cls
+    return cls
+
+
+def registered_modules() -> dict[str, type]:
+    """``{"package.module:Class": class}`` of every registered module class (after importing ``src.models``)."""
+    importlib.import_module(_OWN_PACKAGE)
+    return dict(_REGISTRY)
 
 
 def record_module_class(module: Any, checkpoint: dict[str, Any]) -> None:
     """Store the module's class in the checkpoint (call from ``on_save_checkpoint``) so :func:`load_module` can
     rebuild it without being told the class."""
-    checkpoint[MODULE_KEY] = f"{type(module).__module__}:{type(module).__qualname__}"
+    checkpoint[MODULE_KEY] = class_key(type(module))
 
 
-def load_module(ckpt_path: str | Path, map_location: str | torch.device = "cpu", **overrides: Any):
-    """Rebuild the LightningModule stored in ``ckpt_path``; ``overrides`` replace saved hyperparameters."""
+def read_checkpoint(ckpt_path: str | Path) -> dict[str, Any]:
+    """``torch.load(ckpt_path, weights_only=True)`` on the CPU, with clear errors for a missing or corrupt file."""
     path = Path(ckpt_path).expanduser()
     if not path.is_file():
         raise FileNotFoundError(f"checkpoint not found: {path}; pass ckpt_path=<run dir>/checkpoints/last.ckpt")
-    ckpt = torch.load(path, map_location="cpu", weights_only=True)
+    try:
+        ckpt = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:  # truncated zip, pickle of arbitrary objects, wrong format: all say the same to a user
+        raise CheckpointError(
+            f"{path} is not a readable checkpoint ({type(err).__name__}: {str(err).splitlines()[0][:200] if str(err) else ''}); "
+            "pass a .ckpt file written by `python -m src.train` (weights_only loading refuses pickled objects)"
+        ) from err
+    if not isinstance(ckpt, Mapping) or "state_dict" not in ckpt:
+        raise CheckpointError(f"{path} holds no Lightning checkpoint (no 'state_dict' entry)")
+    return dict(ckpt)
+
+
+def checkpoint_class_name(ckpt: Mapping[str, Any], path: str | Path = "checkpoint") -> str:
+    """The ``"package.module:Class"`` a checkpoint was written by (CheckpointError if it was not RepBench's)."""
     target = ckpt.get(MODULE_KEY)
-    if not target:
-        raise ValueError(f"{path} was not written by a RepBench module (no {MODULE_KEY!r} entry)")
-    module_name, _, cls_name = target.partition(":")
-    cls = getattr(importlib.import_module(module_name), cls_name)
-    return cls.load_from_checkpoint(path, map_location=map_location, weights_only=True, **overrides)
+    if not isinstance(target, str) or ":" not in target:
+        raise CheckpointError(
+            f"{path} was not written by a RepBench module (no {MODULE_KEY!r} entry); "
+            "load it with its own LightningModule class"
+        )
+    return target
+
+
+def _resolve(target: str, path: str | Path) -> type:
+    registry = registered_modules()
+    module_name, _, _ = target.partition(":")
+    if target not in registry and (module_name == _OWN_PACKAGE or module_name.startswith(_OWN_PACKAGE + ".")):
+        try:  # one of our own modules that src.models does not export (never anything outside src.models)
+            importlib.import_module(module_name)
+        except ImportError:
+            pass
+        registry = dict(_REGISTRY)
+    if target not in registry:
+        known = ", ".join(sorted(k.rpartition(":")[2] for k in registry)) or "none"
+        raise CheckpointError(
+            f"{path} names the module class {target!r}, which is not a registered RepBench module (registered: "
+            f"{known}); refusing to import it. Register your own class with @register_module from "
+            "src.utils.checkpoint"
+        )
+    return registry[target]
+
+
+def load_module(
+    ckpt_path: str | Path,
+    map_location: str | torch.device = "cpu",
+    expected: type | tuple[type, ...] | None = None,
+    **overrides: Any,
+):
+    """Rebuild the registered LightningModule stored in ``ckpt_path`` (``weights_only=True``).
+
+    ``expected``: the class (or classes) the caller can use; a checkpoint of another class is a CheckpointError
+    instead of a state-dict size mismatch. ``overrides`` replace saved hyperparameters.
+    """
+    ckpt = read_checkpoint(ckpt_path)
+    target = checkpoint_class_name(ckpt, ckpt_path)
+    cls = _resolve(target, ckpt_path)
+    if expected is not None and not issubclass(cls, expected):
+        names = [c.__name__ for c in (expected if isinstance(expected, tuple) else (expected,))]
+        raise CheckpointError(
+            f"{ckpt_path} holds a {cls.__name__} checkpoint, but a {' or '.join(names)} is needed here; "
+            "pass a checkpoint of that class"
+        )
+    try:
+        return cls.load_from_checkpoint(
+            Path(ckpt_path).expanduser(), map_location=map_location, weights_only=True, **overrides
+        )
+    except RuntimeError as err:
+        if "size mismatch" in str(err) or "Missing key" in str(err) or "Unexpected key" in str(err):
+            raise CheckpointError(
+                f"{ckpt_path}: the {cls.__name__} rebuilt from its saved hyperparameters "
+                f"{_short(ckpt.get('hyper_parameters'))} does not match the stored weights "
+                f"(overrides: {sorted(overrides) or 'none'}). Do not override architecture hyperparameters "
+                f"(backbone, num_classes) when loading. Details: {str(err).splitlines()[0][:300]}"
+            ) from err
+        raise
+
+
+def _short(hparams: Any) -> str:
+    if not isinstance(hparams, Mapping):
+        return "{}"
+    keys = ("backbone", "num_classes")
+    return "{" + ", ".join(f"{k}: {hparams[k]!r}" for k in keys if k in hparams) + ", ...}"

@@ -1,0 +1,166 @@
+"""``RepBenchModule``: what every RepBench LightningModule shares.
+
+* one ``save_hyperparameters`` call holding every ``__init__`` argument, the backbone as a plain spec (name and
+  options), so that a checkpoint rebuilds the same architecture (``load_module`` / ``load_from_checkpoint``);
+* the backbone built from that spec (:func:`build_backbone`) and exposed as ``self.backbone`` (what the monitoring
+  callbacks look for);
+* batch unpacking (:func:`unpack_batch`: ``(x, y)``, ``(x, y, index)`` or ``{"image", "label", "index"}``);
+* label validation against ``num_classes``;
+* the optimizer (``adam`` | ``adamw`` | ``sgd``) and the per-step cosine schedule, from ``hparams``;
+* the checkpoint class record that the allow-list of :mod:`src.utils.checkpoint` checks.
+
+Subclasses call ``super().__init__(backbone)`` first thing in ``__init__`` (before changing any argument), override
+:meth:`trainable_parameters`, and are decorated with ``@register_module``.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import lightning as L
+import torch
+from lightning.pytorch.utilities.parsing import collect_init_args
+from torch import Tensor, nn
+
+from src.backbones import Backbone, create_backbone
+from src.utils.checkpoint import record_module_class
+
+__all__ = ["OPTIMIZERS", "SCHEDULERS", "RepBenchModule", "backbone_spec", "build_backbone", "unpack_batch"]
+
+OPTIMIZERS = ("adam", "adamw", "sgd")
+SCHEDULERS = ("cosine", "none", None)
+
+
+def build_backbone(spec: Backbone | str | Mapping[str, Any]) -> Backbone:
+    """A Backbone, a registry name, or a mapping ``{name: ..., **opts}`` -> a Backbone."""
+    if isinstance(spec, Backbone):
+        return spec
+    if isinstance(spec, str):
+        backbone = create_backbone(spec)
+    elif isinstance(spec, Mapping) and "name" in spec:
+        backbone = create_backbone(spec["name"], **{k: v for k, v in spec.items() if k != "name"})
+    else:
+        raise TypeError(
+            f"backbone must be a Backbone, a name like 'embedded:efficientnet_lite0' or {{name: ...}}, got {spec!r}"
+        )
+    backbone.spec = _plain(spec)  # what rebuilt it (hparams of a module that is given this backbone later)
+    return backbone
+
+
+def backbone_spec(backbone: Backbone | str | Mapping[str, Any]) -> str | dict[str, Any]:
+    """What goes into hparams for ``backbone``: the name or ``{name, **opts}`` (a Backbone gives its ``spec``
+    attribute when it has one, else its name; its weights are in the checkpoint's state dict anyway)."""
+    if isinstance(backbone, Backbone):
+        spec = getattr(backbone, "spec", None)
+        if spec:
+            return _plain(spec)
+        # rebuild the architecture only: the weights (pretrained or trained) come from the checkpoint's state dict
+        return {"name": backbone.name, "pretrained": None if backbone.name.startswith("open_clip:") else False}
+    if isinstance(backbone, str):
+        return backbone
+    if isinstance(backbone, Mapping):
+        return _plain(backbone)
+    raise TypeError(
+        f"backbone must be a Backbone, a name like 'embedded:efficientnet_lite0' or {{name: ...}}, got {backbone!r}"
+    )
+
+
+def _plain(value: Any) -> Any:
+    """Mappings -> dict, tuples -> list (recursively): hparams must load with ``torch.load(weights_only=True)``."""
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def unpack_batch(batch: Any) -> tuple[Tensor, Tensor, Tensor | None]:
+    """``(x, y, index or None)`` from ``(x, y)``, ``(x, y, index)`` or a mapping with image/label(/index)."""
+    if isinstance(batch, Mapping):
+        return batch["image"], batch["label"], batch.get("index")
+    if isinstance(batch, Sequence) and len(batch) in (2, 3):
+        return batch[0], batch[1], batch[2] if len(batch) == 3 else None
+    raise TypeError(
+        "a batch must be (images, labels), (images, labels, index) or {'image', 'label'[, 'index']}, "
+        f"got {type(batch).__name__}" + (f" of length {len(batch)}" if isinstance(batch, Sequence) else "")
+    )
+
+
+class RepBenchModule(L.LightningModule):
+    """Base of RepBench's LightningModules (see the module docstring).
+
+    Hyperparameters the shared parts read (when the subclass has them): ``num_classes``, ``optimizer``, ``lr``,
+    ``weight_decay``, ``momentum`` (SGD; 0.9 when absent), ``scheduler`` (``"cosine"`` per step, or ``None``).
+    """
+
+    def __init__(self, backbone: Backbone | str | Mapping[str, Any]) -> None:
+        super().__init__()
+        frame = inspect.currentframe()
+        caller = frame.f_back if frame is not None else None
+        hparams: dict[str, Any] = {}
+        if caller is not None:  # the subclasses' __init__ arguments, outermost class last (as Lightning does)
+            for level in collect_init_args(caller, [], classes=(RepBenchModule,)):
+                hparams.update(level)
+        hparams = {k: _plain(v) for k, v in hparams.items()}
+        hparams["backbone"] = backbone_spec(backbone)
+        optimizer, scheduler = hparams.get("optimizer", "adam"), hparams.get("scheduler", None)
+        if optimizer not in OPTIMIZERS:
+            raise ValueError(f"optimizer must be one of {OPTIMIZERS}, got {optimizer!r}")
+        if scheduler not in SCHEDULERS:
+            raise ValueError(f"scheduler must be 'cosine' or None, got {scheduler!r}")
+        if "num_classes" in hparams and int(hparams["num_classes"]) < 2:
+            raise ValueError(f"num_classes must be >= 2, got {hparams['num_classes']}")
+        self.save_hyperparameters(hparams)
+        self.backbone = build_backbone(backbone)
+
+    # ------------------------------------------------------------------ data
+    unpack_batch = staticmethod(unpack_batch)
+
+    def check_labels(self, y: Tensor, stage: str) -> None:
+        """Integer labels in ``[0, num_classes)``, with the config key to fix named."""
+        if y.dtype not in (torch.int64, torch.int32, torch.int16, torch.uint8):
+            raise TypeError(f"{stage} labels must be integer class indices, got dtype {y.dtype}")
+        n = int(self.hparams.num_classes)
+        if y.numel() and (int(y.min()) < 0 or int(y.max()) >= n):
+            raise ValueError(
+                f"{stage} labels lie in [{int(y.min())}, {int(y.max())}] but model.num_classes={n}; "
+                "set model.num_classes to the data's number of classes"
+            )
+
+    def check_datamodule_classes(self) -> None:
+        """The attached datamodule's ``num_classes`` (when it has one) must equal ``model.num_classes``."""
+        dm = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
+        n = getattr(dm, "num_classes", None)
+        if n is not None and "num_classes" in self.hparams and int(n) != int(self.hparams.num_classes):
+            raise ValueError(
+                f"the data has {n} classes but model.num_classes={self.hparams.num_classes}; set model.num_classes={n}"
+            )
+
+    # ------------------------------------------------------------ optimisation
+    def trainable_parameters(self) -> Iterable[nn.Parameter]:
+        """What the optimizer updates (default: every parameter that requires a gradient)."""
+        return [p for p in self.parameters() if p.requires_grad]
+
+    def configure_optimizers(self) -> Any:
+        hp = self.hparams
+        params = list(self.trainable_parameters())
+        name, lr, wd = hp.get("optimizer", "adam"), float(hp.lr), float(hp.get("weight_decay", 0.0))
+        if name == "sgd":
+            opt: torch.optim.Optimizer = torch.optim.SGD(
+                params, lr=lr, momentum=float(hp.get("momentum", 0.9)), weight_decay=wd
+            )
+        elif name == "adamw":
+            opt = torch.optim.AdamW(params, lr=lr, weight_decay=wd)
+        else:
+            opt = torch.optim.Adam(params, lr=lr, weight_decay=wd)
+        if hp.get("scheduler") in (None, "none"):
+            return opt
+        total = max(1, int(self.trainer.estimated_stepping_batches))
+        sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=total)
+        return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
+
+    # ------------------------------------------------------------ checkpoints
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        record_module_class(self, checkpoint)
