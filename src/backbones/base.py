@@ -1,7 +1,8 @@
 """The one backbone protocol: ``Backbone.embed`` maps pixel-space images to pooled pre-logit features.
 
-Every image tensor in RepBench is float (N, 3, H, W) in [0, 1] pixel space; normalization lives inside the adapter
-(DESIGN.md, "One image convention"), so attacks, perturbations and synthetic data all work in pixel space.
+Every image tensor in RepBench is float (N, 3, H, W) in [0, 1] pixel space; normalization lives inside the adapter,
+so attacks, perturbations and synthetic data all work in pixel space (the convention of torchattacks, AutoAttack and
+RobustBench).
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ __all__ = ["Backbone", "check_images"]
 
 
 def check_images(x: object, *, name: str = "images", value_range: tuple[float, float] | None = None) -> Tensor:
-    """Validate an image batch: a floating (N, 3, H, W) tensor, finite, optionally inside ``value_range``.
+    """Validate an image batch: a floating (N, 3, H, W) tensor, finite (no NaN / inf pixels), optionally inside
+    ``value_range``.
 
     Raises ``TypeError``/``ValueError`` naming the problem and the fix.
     """
@@ -30,6 +32,13 @@ def check_images(x: object, *, name: str = "images", value_range: tuple[float, f
         raise ValueError(
             f"{name} must have shape (N, 3, H, W), got {tuple(x.shape)}; "
             "add a batch dimension with x[None] and expand grayscale with x.expand(-1, 3, -1, -1)"
+        )
+    if x.numel() > 0 and not bool(torch.isfinite(x).all()):
+        bad = int((~torch.isfinite(x)).sum())
+        raise ValueError(
+            f"{name} contain {bad} non-finite (NaN or inf) pixel value(s) of {x.numel()}; "
+            "NaN pixels give NaN features: fix the loading / preprocessing that produced them "
+            "(e.g. torch.nan_to_num(x, nan=0.0) if missing pixels should be black)"
         )
     if value_range is not None and x.numel() > 0:
         lo, hi = float(x.min()), float(x.max())
@@ -52,8 +61,15 @@ class Backbone(nn.Module):
         input_size: (3, H, W) the network was trained at.
         mean, std: per-channel normalization applied inside :meth:`embed` (pixel space in, normalized inside).
         interpolation, crop_pct: the evaluation preprocessing of the pretrained weights (resize, center crop).
+        fixed_input_size: the network only accepts ``input_size`` (e.g. ViTs with a fixed positional embedding);
+            :meth:`embed` then rejects other sizes with an error naming the native size.
     Subclasses implement :meth:`forward_normalized`, mapping normalized images to (N, embed_dim).
+
+    :func:`~src.backbones.create_backbone` returns backbones in **eval mode**: ``embed`` gives per-sample features
+    and never updates BatchNorm running statistics. Call ``.train()`` yourself to fine-tune.
     """
+
+    fixed_input_size: bool = False
 
     def __init__(
         self,
@@ -83,12 +99,36 @@ class Backbone(nn.Module):
     def forward_normalized(self, x: Tensor) -> Tensor:  # pragma: no cover - abstract
         raise NotImplementedError
 
+    def param_dtype(self) -> torch.dtype | None:
+        """The floating dtype of the network's parameters (None for a parameter-free backbone)."""
+        for p in self.parameters():
+            if p.is_floating_point():
+                return p.dtype
+        return None
+
+    def check_size(self, x: Tensor) -> None:
+        """Backbones with a fixed input size (``fixed_input_size``) reject other sizes, naming the fix."""
+        if self.fixed_input_size and tuple(x.shape[-2:]) != tuple(self.input_size[1:]):
+            h, w = self.input_size[1:]
+            raise ValueError(
+                f"backbone {self.name!r} only accepts its native input size {h}x{w} (fixed positional embedding), "
+                f"got images of {x.shape[-2]}x{x.shape[-1]}; resize them first, e.g. "
+                f"F.interpolate(x, size=({h}, {w}), mode='bicubic', antialias=True).clamp(0, 1), "
+                f"or set data.image_size={h} (SynBench: input_size={h})"
+            )
+
     def embed(self, x: Tensor) -> Tensor:
         """Pixel-space images (N, 3, H, W) float -> embeddings (N, embed_dim).
 
-        Values outside [0, 1] are allowed (synthetic Gaussian data leaves that range on purpose).
+        Values outside [0, 1] are allowed (synthetic Gaussian data leaves that range on purpose); NaN/inf pixels are
+        not. Images of another floating dtype than the network's parameters (e.g. float64) are cast to it
+        (differentiably, so PGD gradients still reach ``x``).
         """
         check_images(x)
+        self.check_size(x)
+        dtype = self.param_dtype()
+        if dtype is not None and x.dtype != dtype:
+            x = x.to(dtype)
         return self.forward_normalized(self.normalize(x))
 
     def forward(self, x: Tensor) -> Tensor:

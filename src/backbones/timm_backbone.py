@@ -31,6 +31,11 @@ class TimmBackbone(Backbone):
         embed_dim = getattr(model, "head_hidden_size", None) or model.num_features
         super().__init__(name, embed_dim, input_size, mean, std, interpolation, crop_pct)
         self.model = model
+        # ViT-style models built for one resolution (timm's pretrained_cfg flag), unless built with dynamic_img_size
+        cfg = getattr(model, "pretrained_cfg", None) or {}
+        self.fixed_input_size = bool(cfg.get("fixed_input_size", False)) and not getattr(
+            model, "dynamic_img_size", False
+        )
 
     def forward_normalized(self, x: Tensor) -> Tensor:
         return self.model.forward_head(self.model.forward_features(x), pre_logits=True)

@@ -8,7 +8,7 @@ from typing import Any
 from torch import Tensor, nn
 
 from .base import Backbone
-from .weights import MissingWeightsError, host_reachable, load_state_dict
+from .weights import MissingWeightsError, check_state_dict_matches, host_reachable, load_state_dict
 
 __all__ = ["TorchvisionBackbone", "create_torchvision"]
 
@@ -43,6 +43,18 @@ class TorchvisionBackbone(Backbone):
         return self.model(x)
 
 
+def _weights_by_name(enum: Any, tag: str, model_name: str) -> Any:
+    """``enum[tag]`` accepting ``"IMAGENET1K_V2"`` or ``"ResNet50_Weights.IMAGENET1K_V2"``; a clear error otherwise."""
+    key = tag.rsplit(".", 1)[-1]
+    names = [w.name for w in enum]
+    if key not in names and key != "DEFAULT":
+        raise ValueError(
+            f"unknown pretrained weights {tag!r} for torchvision {model_name!r}; valid names: {names + ['DEFAULT']} "
+            "(or pretrained=True for the default weights, pretrained=False for random init)"
+        )
+    return enum[key]
+
+
 def create_torchvision(
     name: str, *, pretrained: bool | str = True, checkpoint_path: str | None = None, **kwargs: Any
 ) -> TorchvisionBackbone:
@@ -55,10 +67,12 @@ def create_torchvision(
     model = models.get_model(name, weights=None, **kwargs)
     size, crop_pct = 224, 0.875
     if checkpoint_path is not None:
-        model.load_state_dict(load_state_dict(checkpoint_path), strict=True)
+        sd = load_state_dict(checkpoint_path)
+        check_state_dict_matches(sd, model, f"checkpoint {checkpoint_path} for torchvision {name!r}")
+        model.load_state_dict(sd, strict=True)
     elif pretrained:
         enum = models.get_model_weights(name)
-        weights = enum.DEFAULT if pretrained is True else enum[str(pretrained)]
+        weights = enum.DEFAULT if pretrained is True else _weights_by_name(enum, str(pretrained), name)
         fname = os.path.basename(weights.url)
         cached = os.path.join(torch.hub.get_dir(), "checkpoints", fname)
         if os.path.isfile(cached):

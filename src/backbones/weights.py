@@ -14,7 +14,16 @@ import torch
 
 from src.utils.network import host_reachable, offline_mode
 
-__all__ = ["MissingWeightsError", "host_reachable", "find_in_hf_cache", "load_state_dict", "offline_mode"]
+__all__ = [
+    "CorruptCheckpointError",
+    "MissingWeightsError",
+    "check_state_dict_matches",
+    "find_in_hf_cache",
+    "host_reachable",
+    "load_state_dict",
+    "offline_mode",
+    "read_checkpoint",
+]
 
 
 class MissingWeightsError(FileNotFoundError):
@@ -32,6 +41,52 @@ def find_in_hf_cache(repo_id: str, filenames: Iterable[str]) -> str | None:
     return None
 
 
+class CorruptCheckpointError(ValueError):
+    """A checkpoint file exists but cannot be read (truncated, not a checkpoint, or not a safe tensor pickle)."""
+
+
+def read_checkpoint(path: str | os.PathLike) -> object:
+    """``torch.load(path, weights_only=True)`` (safetensors natively) with one clear error for every unreadable file.
+
+    torch raises many different errors for a damaged file (``UnpicklingError``, ``RuntimeError: PytorchStreamReader
+    failed``, ``EOFError``, even ``IndexError: pop from empty list``); they all become :class:`CorruptCheckpointError`
+    naming the file.
+    """
+    path = Path(path).expanduser()
+    if not path.is_file():
+        raise MissingWeightsError(f"checkpoint file not found: {path}")
+    try:
+        if path.suffix == ".safetensors":
+            from safetensors.torch import load_file
+
+            return load_file(str(path), device="cpu")
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:  # any failure to read means the same thing to the user
+        raise CorruptCheckpointError(
+            f"cannot read checkpoint {path} ({path.stat().st_size} bytes): {type(err).__name__}: {err}. "
+            "The file is truncated, corrupt or not a PyTorch/safetensors checkpoint (files holding arbitrary "
+            "Python objects are refused: only tensors load, weights_only=True); re-download or re-save it."
+        ) from err
+
+
+def check_state_dict_matches(sd: dict, model: torch.nn.Module, what: str) -> None:
+    """Strict key and shape check of ``sd`` against ``model``, raising a ValueError that names the differences."""
+    own = model.state_dict()
+    missing = [k for k in own if k not in sd]
+    unexpected = [k for k in sd if k not in own]
+    shapes = [
+        f"{k}: {tuple(sd[k].shape)} vs {tuple(v.shape)}"
+        for k, v in own.items()
+        if k in sd and hasattr(sd[k], "shape") and tuple(sd[k].shape) != tuple(v.shape)
+    ]
+    if missing or unexpected or shapes:
+        raise ValueError(
+            f"{what} does not match the model: {len(missing)} missing key(s) {missing[:5]}, "
+            f"{len(unexpected)} unexpected key(s) {unexpected[:5]}, {len(shapes)} shape mismatch(es) {shapes[:3]}; "
+            "pass a checkpoint of this architecture"
+        )
+
+
 def load_state_dict(path: str | os.PathLike, *, key: str | None = None) -> dict[str, torch.Tensor]:
     """Load a checkpoint safely (``weights_only=True`` for pickles; safetensors natively).
 
@@ -40,12 +95,7 @@ def load_state_dict(path: str | os.PathLike, *, key: str | None = None) -> dict[
     path = Path(path).expanduser()
     if not path.is_file():
         raise MissingWeightsError(f"checkpoint file not found: {path}")
-    if path.suffix == ".safetensors":
-        from safetensors.torch import load_file
-
-        sd = load_file(str(path), device="cpu")
-    else:
-        sd = torch.load(path, map_location="cpu", weights_only=True)
+    sd = read_checkpoint(path)
     for k in ([key] if key else []) + ["state_dict", "model", "module"]:
         if isinstance(sd, dict) and k in sd and isinstance(sd[k], dict):
             sd = sd[k]
