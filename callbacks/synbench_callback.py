@@ -4,7 +4,8 @@ Usable in any Lightning training: attach it to a Trainer whose LightningModule e
 :class:`~src.backbones.Backbone` or any module mapping (N, C, H, W) images to (N, D) features) or pass
 ``feature_fn=lambda module, x: ...``. The synthetic data is the callback's own, sharded by rank (each rank draws
 only its chunks of every split), and the score is a :class:`~src.metrics.SynBenchScore` on sum-reduced statistics,
-so the logged numbers do not depend on the number of processes. Logs ``val/synbench/score`` (ε = eps[0]),
+so the logged numbers do not depend on the number of processes (every rank joins every collective, also ranks
+without chunks, so no rank count can deadlock). Logs ``val/synbench/score`` (ε = eps[0]),
 ``val/synbench/score_eps_<ε>``, ``val/synbench/best_eps`` and the E(a_t) curves as a TensorBoard figure.
 """
 
@@ -20,20 +21,15 @@ from torch import Tensor, nn
 
 from src.metrics.synbench_score import synbench_distributed
 from src.synbench import SynBenchConfig
+from src.synbench.defaults import yaml_defaults
 from src.utils.modes import eval_mode
 
-__all__ = ["SynBenchCallback", "weights_fingerprint"]
+__all__ = ["SynBenchCallback", "callback_budget", "weights_fingerprint"]
 
-# A budget that fits inside a CPU training epoch; SynBenchConfig() is the full official protocol.
-CALLBACK_DEFAULTS = dict(
-    s_values=(0.2, 0.4, 0.6, 0.8, 1.0, 1.5, 2.0, 3.0),
-    n_train=256,
-    n_test=256,
-    eps=(0.0, 0.2, 0.4, 0.6, 0.8),
-    a_T=(0.7,),
-    batch_size=128,
-    chunk_size=128,
-)
+
+def callback_budget() -> dict[str, Any]:
+    """The default protocol of the callback: the ``config`` block of configs/callbacks/synbench.yaml (one place)."""
+    return yaml_defaults("callbacks/synbench.yaml", "synbench", "config")
 
 
 def weights_fingerprint(module: nn.Module) -> str:
@@ -49,8 +45,10 @@ class SynBenchCallback(L.Callback):
     """Args:
     every_n_epochs: compute at the end of every N-th training epoch (and after the last one).
     input_size: side (int) or (C, H, W) of the synthetic images (the compute budget; 32 by default).
-    config: a :class:`SynBenchConfig` or a mapping of its fields; unspecified fields use the callback budget
-        ``CALLBACK_DEFAULTS`` (8 s values, 256 + 256 samples per s, ε ∈ {0, …, 0.8}, a_T = 0.7).
+    config: a :class:`SynBenchConfig` or a mapping of its fields; unspecified fields use the callback budget of
+        configs/callbacks/synbench.yaml (:func:`callback_budget`: 6 s values, 2048 + 512 samples per s,
+        ε ∈ {0, …, 0.8}, a_T = 0.7), then the SynBenchConfig defaults.
+    extractor: options of :class:`src.features.FeatureExtractor` for the forwards.
     feature_fn: ``(pl_module, x) -> (N, D)``; default ``pl_module.backbone.embed`` (or ``backbone(x)``).
     skip_unchanged: do not recompute when the backbone's weights did not change (a frozen probe needs it once).
     log_figure: add the E(a_t) curves to TensorBoard.
@@ -66,13 +64,14 @@ class SynBenchCallback(L.Callback):
         skip_unchanged: bool = True,
         log_figure: bool = True,
         prefix: str = "val/synbench",
+        extractor: Mapping[str, Any] | None = None,
     ) -> None:
         if every_n_epochs < 1:
             raise ValueError(f"every_n_epochs must be >= 1, got {every_n_epochs}")
         if isinstance(config, SynBenchConfig):
             self.config = config
         else:
-            self.config = SynBenchConfig(**{**CALLBACK_DEFAULTS, **dict(config or {})})
+            self.config = SynBenchConfig(**{**callback_budget(), **dict(config or {})})
         size = (3, input_size, input_size) if isinstance(input_size, int) else tuple(int(v) for v in input_size)
         self.input_shape = size
         self.every_n_epochs = int(every_n_epochs)
@@ -80,6 +79,7 @@ class SynBenchCallback(L.Callback):
         self.skip_unchanged = skip_unchanged
         self.log_figure = log_figure
         self.prefix = prefix.rstrip("/")
+        self.extractor = dict(extractor or {})
         self._fingerprint: str | None = None
         self.last: dict[str, float] = {}
         self.history: list[tuple[int, dict[str, float]]] = []
@@ -100,16 +100,11 @@ class SynBenchCallback(L.Callback):
         return backbone, getattr(backbone, "embed", backbone)
 
     def compute(self, pl_module: L.LightningModule) -> dict[str, float]:
-        """Run the protocol on this rank's shard; every rank must call it (the metric all-reduces)."""
+        """Run the protocol on this rank's shard; every rank must call it (statistics are all-reduced)."""
         module, fn = self._encoder(pl_module)
         with eval_mode(module):
             out, self.result = synbench_distributed(
-                fn,
-                self.input_shape,
-                self.config,
-                device=pl_module.device,
-                rank=pl_module.trainer.global_rank,
-                world_size=pl_module.trainer.world_size,
+                fn, self.input_shape, self.config, device=pl_module.device, extractor=self.extractor
             )
         self.computations += 1
         return out

@@ -3,6 +3,7 @@ data (Ko et al., ICML 2024). Functional core only (no Lightning / torchmetrics h
 bayes (robust Bayes classifier, additive statistics), sampling, score, runner (``synbench``), plots."""
 
 from .config import SynBenchConfig
-from .runner import SynBenchResult, synbench
+from .result import SynBenchResult
+from .runner import synbench
 
 __all__ = ["synbench", "SynBenchConfig", "SynBenchResult"]

@@ -1,5 +1,5 @@
 """SynBenchConfig: every SynBench convention as a field. Defaults reproduce the official implementation
-(IBM/synbench ``evaluate_synbench.py``) where it differs from the paper text - see DESIGN.md's table."""
+(IBM/synbench ``evaluate_synbench.py``) where it differs from the paper text - see docs/synbench.md."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from typing import Any
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
+GRID_START = 0.6  # start of the official threshold grid linspace(0.6, 1, 100) (src.synbench.score.official_grid)
 
 
 def official_s_values() -> tuple[float, ...]:
@@ -27,8 +28,9 @@ class SynBenchConfig:
 
     s_values: separations s (μ̃ = s·1/√d); n_train / n_test: samples per s (official 2048 + 2048).
     eps: ε grid (0 … 0.8, paper Fig. 3 / Table 6); eps_mode: "relative" (official, ‖z‖ ≤ ε‖μ̃‖) | "absolute".
-    a_T: threshold accuracies reported by :meth:`SynBenchResult.table` (paper: 0.7 … 0.9; 0.7 headline).
-    integral: "grid" (official Riemann sum on linspace(0.6, 1, 100)) | "exact".
+    a_T: threshold accuracies reported by :meth:`SynBenchResult.table` (paper: 0.7 … 0.9; 0.7 headline). With
+      the "grid" integral a_T must be ≥ 0.6, the grid's start (below it every a_T would give the a_T = 0.6 score).
+    integral: "grid" (official Riemann sum on linspace(0.6, 1, 100)) | "exact" (any a_T in [0.5, 1)).
     norm: "l2" | "linf" (ε-ball of the robust classifier, Appendix A.5).
     mean_offset: pixel mean 0.5 (μ̄ of Algorithm 1 line 8 in the official per-pixel form).
     normalization: what the network sees - "imagenet" (official: (x − ImageNet mean)/ImageNet std),
@@ -39,7 +41,10 @@ class SynBenchConfig:
     class_prior: τ = P(y = 1). prior_correction: False (official: classifier without prior threshold, Theorem
       3.1 reference - exact for every τ) | True (eq. 5 threshold q/2 and Theorem A.3 reference).
     seed; batch_size (forward batch); chunk_size (sampling chunk: changing it changes the samples).
-    cov_divisor: "n-2" (official) | "n-1" (paper) | "n"; eig_tol: eigenvalues ≤ eig_tol dropped (official 1e-6).
+    cov_divisor: "n-2" (official) | "n-1" (paper) | "n"; eig_tol ≥ 0: covariance eigenvalues ≤ the cut-off are
+      dropped (pseudo-inverse); eig_tol_mode: "absolute" (official: cut-off = eig_tol = 1e-6, depends on the
+      feature scale) | "relative" (cut-off = eig_tol·λ_max, scale-invariant). A warning says when the cut-off
+      drops more than 1 % of the feature variance.
     sample_on_device: draw samples with a generator on the feature device (faster on GPUs; other numbers).
     linalg_threads: torch CPU threads for everything except ``feature_fn`` (sampling, statistics, eigh, ε
       solves; forwards keep the caller's setting). 1 (default) is robust on busy CPUs, None leaves torch's
@@ -65,6 +70,7 @@ class SynBenchConfig:
     chunk_size: int = 256
     cov_divisor: str = "n-2"
     eig_tol: float = 1e-6
+    eig_tol_mode: str = "absolute"
     sample_on_device: bool = False
     linalg_threads: int | None = 1
 
@@ -82,6 +88,15 @@ class SynBenchConfig:
         check_eps(self.eps, self.eps_mode)
         if not self.a_T or any(not 0.5 <= a < 1.0 for a in self.a_T):
             raise ValueError(f"a_T values must lie in [0.5, 1), got {self.a_T}")
+        if self.integral == "grid" and any(a < GRID_START for a in self.a_T):
+            raise ValueError(
+                f"a_T = {min(self.a_T)} lies below the grid integral's start {GRID_START} (official "
+                "linspace(0.6, 1, 100)), which would silently give the a_T = 0.6 score; use a_T >= 0.6 or "
+                "integral='exact'"
+            )
+        from .bayes import check_eig_tol
+
+        check_eig_tol(self.eig_tol, self.eig_tol_mode)
         choices = {
             "integral": ("grid", "exact"),
             "norm": ("l2", "linf"),

@@ -62,7 +62,9 @@ def synbench_score(
     """SynBench-Score(θ, ε, a_T), eq. 3, from measured pairs (a_k, b_k) and reference pairs (a_k^ref, b_k^ref).
 
     ``integral``: "grid" (official Riemann sum on ``grid``, default linspace(0.6, 1, 100)) or "exact".
-    Raises ValueError when the reference area above a_T is 0 (a_T too high for the s grid) or a_T ∉ [0, 1).
+    Raises ValueError when the reference area above a_T is 0 (a_T too high for the s grid), a_T ∉ [0, 1), or,
+    for the grid integral, a_T below the grid's first point (0.6 for the official grid: the sum would silently
+    start at the grid and give the same score for every lower a_T; use integral="exact" there).
     Equal measured and reference pairs give exactly 1; representations whose accuracies never exceed a_T give 0.
     """
     if not 0.0 <= float(a_T) < 1.0:
@@ -71,6 +73,11 @@ def synbench_score(
     ar, br = _pairs(a_ref, b_ref, "reference")
     if integral == "grid":
         t = official_grid() if grid is None else _vec(grid, "grid")
+        if float(a_T) < t.min() - 1e-12:
+            raise ValueError(
+                f"a_T = {a_T} lies below the grid integral's first threshold {t.min():g}; use a_T >= {t.min():g} "
+                "or integral='exact'"
+            )
         t = t[t >= float(a_T) - 1e-12]
         num = expected_bound_curve(a, b, t).sum() if t.size else 0.0
         den = expected_bound_curve(ar, br, t).sum() if t.size else 0.0
