@@ -18,8 +18,10 @@ def rand(shape: tuple[int, ...], generator: torch.Generator | None, like: Tensor
 
 
 def randn(shape: tuple[int, ...], generator: torch.Generator | None, like: Tensor) -> Tensor:
-    """Standard normal of ``shape`` in ``like``'s dtype and device."""
-    return torch.randn(shape, generator=generator, device=_device(generator, like), dtype=like.dtype).to(like.device)
+    """Standard normal of ``shape`` in ``like``'s dtype and device (drawn in float64, so a seed gives the same noise
+    whatever the images' dtype)."""
+    z = torch.randn(shape, generator=generator, device=_device(generator, like), dtype=torch.float64)
+    return z.to(device=like.device, dtype=like.dtype)
 
 
 def randint(low: int, high: int, shape: tuple[int, ...], generator: torch.Generator | None, like: Tensor) -> Tensor:

@@ -12,7 +12,7 @@ from torch import Tensor
 from ._filters import depthwise_filter2d, gaussian_kernel1d, separable_filter
 from ._random import randint
 
-__all__ = ["defocus_blur", "disk_kernels", "glass_blur", "glass_blur_with", "glass_offsets"]
+__all__ = ["defocus_blur", "disk_kernels", "glass_blur", "glass_blur_with", "glass_offsets", "glass_shuffle"]
 
 DEFOCUS_ALIAS_BLUR = 0.5  # imagecorruptions severities 2-5 (severity 1 uses 0.1)
 DISK_HALF_WIDTH = 8  # imagecorruptions' disk() support is -8..8 for radius <= 8
@@ -76,11 +76,15 @@ def glass_blur_with(x: Tensor, k: Tensor, offsets: Tensor) -> Tensor:
     exact parallel gather. (ImageNet-C quantises to uint8 between the steps; this float version does not, see
     docs/perturbations.md.)
     """
-    n, c, h, w = x.shape
+    return _gaussian_blur(glass_shuffle(_gaussian_blur(x, k), offsets), k).clamp_(0.0, 1.0)
+
+
+def glass_shuffle(y: Tensor, offsets: Tensor) -> Tensor:
+    """The pixel moves of glass blur for offsets (iterations, N, 2, H, W) ``(dy, dx)`` (see ``glass_blur_with``)."""
+    n, c, h, w = y.shape
     d = GLASS_MAX_DELTA
-    y = _gaussian_blur(x, k)
-    rows = torch.arange(h, device=x.device).view(h, 1)
-    cols = torch.arange(w, device=x.device).view(1, w)
+    rows = torch.arange(h, device=y.device).view(h, 1)
+    cols = torch.arange(w, device=y.device).view(1, w)
     visited = (rows >= d + 1) & (rows <= h - d) & (cols >= d + 1) & (cols <= w - d)  # (H, W)
     for it in range(offsets.shape[0]):
         dy, dx = offsets[it, :, 0], offsets[it, :, 1]  # (N, H, W)
@@ -88,7 +92,7 @@ def glass_blur_with(x: Tensor, k: Tensor, offsets: Tensor) -> Tensor:
         src = torch.where(visited, src, rows * w + cols)
         flat = src.reshape(n, 1, h * w).expand(n, c, h * w)
         y = y.reshape(n, c, h * w).gather(2, flat).reshape(n, c, h, w)
-    return _gaussian_blur(y, k).clamp_(0.0, 1.0)
+    return y
 
 
 def glass_blur(x: Tensor, k: Tensor, generator: torch.Generator | None = None) -> Tensor:

@@ -8,6 +8,8 @@ Quality is an integer: k is rounded to the nearest integer (Table 8 of Liu et al
 
 from __future__ import annotations
 
+import warnings
+
 import torch
 from torch import Tensor
 
@@ -21,7 +23,9 @@ def to_uint8(x: Tensor) -> Tensor:
 
 def jpeg_compression(x: Tensor, k: Tensor, generator: torch.Generator | None = None) -> Tensor:
     """Encode every image as JPEG at quality ``round(k)`` and decode it back."""
-    from torchvision.io import decode_jpeg, encode_jpeg
+    with warnings.catch_warnings():  # torchvision 0.29 deprecates torchvision.io in favour of torchcodec (not a dep)
+        warnings.simplefilter("ignore", DeprecationWarning)
+        from torchvision.io import decode_jpeg, encode_jpeg
 
     quality = torch.round(k.to(torch.float64)).to(torch.int64).tolist()
     images = to_uint8(x.detach().cpu())

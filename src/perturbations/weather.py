@@ -7,6 +7,7 @@ Table 8 of Liu et al., arXiv:2604.14973: fog density [0.5, 2.5], frost weight [0
 from __future__ import annotations
 
 import importlib.util
+import warnings
 from collections.abc import Callable
 from functools import lru_cache
 from pathlib import Path
@@ -99,10 +100,12 @@ def _frost_dir() -> Path:
 @lru_cache(maxsize=1)
 def frost_images() -> tuple[Tensor, ...]:
     """The six bundled frost photos as uint8 RGB (3, h, w) CPU tensors (alpha dropped, as ``cv2.imread`` does)."""
-    from torchvision.io import ImageReadMode, decode_image, read_file
-
     folder = _frost_dir()
-    return tuple(decode_image(read_file(str(folder / f)), mode=ImageReadMode.RGB) for f in FROST_FILES)
+    with warnings.catch_warnings():  # torchvision 0.29 deprecates torchvision.io in favour of torchcodec (not a dep)
+        warnings.simplefilter("ignore", DeprecationWarning)
+        from torchvision.io import ImageReadMode, decode_image, read_file
+
+        return tuple(decode_image(read_file(str(folder / f)), mode=ImageReadMode.RGB) for f in FROST_FILES)
 
 
 def _scale(fh: int, fw: int, h: int, w: int) -> float:
