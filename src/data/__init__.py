@@ -1,8 +1,9 @@
 """LightningDataModules of [0, 1] pixel-space images with batches ``(x, y, index)``, and their shared helpers."""
 
-from .common import IndexedDataset, SeededRandomSampler, make_loader, stratified_split
+from .common import IndexedDataset, ResumableDataLoader, SeededRandomSampler, make_loader, stratified_split
 from .digits import DigitsDataModule
 from .gaussian import GaussianTaskDataModule
+from .photos import PhotosDataModule
 from .torchvision_sets import DatasetNotFoundError, TorchvisionDataModule
 
 __all__ = [
@@ -10,6 +11,8 @@ __all__ = [
     "DigitsDataModule",
     "GaussianTaskDataModule",
     "IndexedDataset",
+    "PhotosDataModule",
+    "ResumableDataLoader",
     "SeededRandomSampler",
     "TorchvisionDataModule",
     "make_loader",

@@ -1,0 +1,159 @@
+"""Offline real photos (scikit-image, scikit-learn, matplotlib) cut into random square crops: unlabeled fine-tuning
+and probe images for the perturbation-robustness work.
+
+Sources, all bundled with installed packages (no download): scikit-image ``skimage.data`` photographs, scikit-learn's
+``load_sample_images`` (china, flower) and matplotlib's ``grace_hopper.jpg``. Gray photos are repeated to RGB.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+from torch.utils.data import TensorDataset
+
+from .common import IndexedDataset, SplitsDataModule
+
+__all__ = ["PHOTO_NAMES", "PhotosDataModule", "load_photo", "random_crops"]
+
+
+def _skimage(name: str) -> Callable[[], np.ndarray]:
+    def load() -> np.ndarray:
+        from skimage import data
+
+        return getattr(data, name)()
+
+    return load
+
+
+def _sklearn(name: str) -> Callable[[], np.ndarray]:
+    def load() -> np.ndarray:
+        from sklearn.datasets import load_sample_image
+
+        return load_sample_image(f"{name}.jpg")
+
+    return load
+
+
+def _grace_hopper() -> np.ndarray:
+    import matplotlib.cbook
+    from PIL import Image
+
+    with matplotlib.cbook.get_sample_data("grace_hopper.jpg") as f:
+        return np.asarray(Image.open(f).convert("RGB"))
+
+
+_SOURCES: dict[str, Callable[[], np.ndarray]] = {
+    **{
+        n: _skimage(n)
+        for n in (
+            "astronaut", "chelsea", "coffee", "rocket", "hubble_deep_field", "retina", "immunohistochemistry",
+            "camera", "coins", "moon", "grass", "gravel", "brick", "clock", "cell",
+        )
+    },
+    "china": _sklearn("china"),
+    "flower": _sklearn("flower"),
+    "grace_hopper": _grace_hopper,
+}  # fmt: skip
+PHOTO_NAMES: tuple[str, ...] = tuple(_SOURCES)
+
+
+def load_photo(name: str) -> Tensor:
+    """Photo ``name`` as a (3, H, W) float32 tensor in [0, 1] (gray repeated to RGB)."""
+    if name not in _SOURCES:
+        raise ValueError(f"unknown photo {name!r}; known: {', '.join(PHOTO_NAMES)}")
+    a = np.asarray(_SOURCES[name]())
+    if a.ndim == 2:
+        a = np.repeat(a[..., None], 3, axis=2)
+    a = a[..., :3]
+    scale = 255.0 if a.dtype == np.uint8 else 1.0
+    return torch.from_numpy(np.ascontiguousarray(a, dtype=np.float32) / scale).permute(2, 0, 1).contiguous()
+
+
+def random_crops(
+    photos: Sequence[Tensor], n: int, size: int, min_scale: float, generator: torch.Generator
+) -> tuple[Tensor, Tensor]:
+    """``n`` crops (n, 3, size, size) in [0, 1] and their photo indices (n,): crop ``i`` comes from photo
+    ``i mod len(photos)``, is a square of side ``s·min(H, W)`` with ``s ~ U[min_scale, 1]`` at a uniform position,
+    resized with antialiased bilinear interpolation."""
+    out = torch.empty(n, 3, size, size)
+    src = torch.arange(n) % len(photos)
+    u = torch.rand(n, 3, generator=generator, dtype=torch.float64)
+    for i in range(n):
+        img = photos[int(src[i])]
+        h, w = img.shape[1:]
+        side = max(1, int(round((min_scale + (1.0 - min_scale) * float(u[i, 0])) * min(h, w))))
+        top, left = int(float(u[i, 1]) * (h - side + 1)), int(float(u[i, 2]) * (w - side + 1))
+        crop = img[None, :, top : top + side, left : left + side]
+        out[i] = F.interpolate(crop, size=(size, size), mode="bilinear", antialias=side > size, align_corners=False)[0]
+    return out.clamp_(0.0, 1.0), src
+
+
+class PhotosDataModule(SplitsDataModule):
+    """Random square crops of bundled real photos; batches ``(x, y, index)`` with ``y`` the source photo's index in
+    ``photos`` (not a class label: the fine-tuning is unsupervised).
+
+    Train crops come from the photos not listed in ``val_photos``; validation (= test) crops from ``val_photos`` only,
+    so utility is measured on unseen photos. Crops are a pure function of ``seed`` (computed once in ``setup``).
+    """
+
+    def __init__(
+        self,
+        image_size: int = 64,
+        num_train: int = 256,
+        num_val: int = 64,
+        batch_size: int = 32,
+        photos: Sequence[str] | None = None,
+        val_photos: Sequence[str] = ("chelsea", "coffee", "china"),
+        min_scale: float = 0.25,
+        seed: int = 0,
+        num_workers: int = 0,
+    ) -> None:
+        super().__init__()
+        photos = list(PHOTO_NAMES if photos is None else photos)
+        unknown = sorted(set(photos) - set(PHOTO_NAMES))
+        if unknown:
+            raise ValueError(f"unknown photos {unknown}; known: {', '.join(PHOTO_NAMES)}")
+        val = list(val_photos)
+        if not set(val) <= set(photos):
+            raise ValueError(f"val_photos {sorted(set(val) - set(photos))} are not in photos")
+        if not set(photos) - set(val):
+            raise ValueError("every photo is a validation photo: leave at least one for training")
+        if int(image_size) < 16:
+            raise ValueError(f"image_size must be >= 16, got {image_size}")
+        if int(num_train) < 1 or int(num_val) < 1:
+            raise ValueError(f"num_train and num_val must be >= 1, got {num_train}, {num_val}")
+        if not 0.0 < float(min_scale) <= 1.0:
+            raise ValueError(f"min_scale must be in (0, 1], got {min_scale}")
+        self.photos, self.val_photos = photos, val
+        self.image_size, self.num_train, self.num_val = int(image_size), int(num_train), int(num_val)
+        self.min_scale = float(min_scale)
+        self.batch_size = int(batch_size)
+        self.seed = int(seed)
+        self.num_workers = int(num_workers)
+
+    def setup(self, stage: str | None = None) -> None:
+        """Load the photos and cut the crops (idempotent)."""
+        if self.train_dataset is not None:
+            return
+        g = torch.Generator().manual_seed(self.seed)
+        splits = {}
+        for split, names, n in (
+            ("train", [p for p in self.photos if p not in self.val_photos], self.num_train),
+            ("val", self.val_photos, self.num_val),
+        ):
+            imgs = [load_photo(p) for p in names]
+            x, src = random_crops(imgs, n, self.image_size, self.min_scale, g)
+            label = torch.tensor([self.photos.index(names[int(i)]) for i in src], dtype=torch.long)
+            splits[split] = IndexedDataset(TensorDataset(x, label))
+        self.train_dataset, self.val_dataset = splits["train"], splits["val"]
+        self.test_dataset = self.val_dataset
+
+    def probe_images(self, split: str = "val") -> Tensor:
+        """All images of a split as one tensor (N, 3, S, S) (e.g. a fixed probe set for a callback)."""
+        self.setup()
+        ds = getattr(self, f"{split}_dataset")
+        return ds.base.tensors[0]
