@@ -2,5 +2,6 @@
 feature cache, DivergenceRadius sweeps, Task-Prior features, evaluation)."""
 
 from .extractor import FeatureExtractor, as_extractor
+from .formats import MEMORY_FORMATS, resolve_memory_format
 
-__all__ = ["FeatureExtractor", "as_extractor"]
+__all__ = ["MEMORY_FORMATS", "FeatureExtractor", "as_extractor", "resolve_memory_format"]
