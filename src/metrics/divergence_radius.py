@@ -1,0 +1,142 @@
+"""``DivergenceRadius`` and ``CosineRobustness`` torchmetrics: mean per-image robustness per perturbation
+(Liu et al., "Robustness of Vision Foundation Models to Common Perturbations", arXiv:2604.14973, §3.1, §3.3).
+
+States are per-perturbation sums of values and counts (float64, ``dist_reduce_fx="sum"``), so the result under DDP
+equals the single-process one whatever the split of images over ranks (a rank with no images holds zeros and still
+joins the sync in ``compute()``).
+
+    metric = DivergenceRadius(["jpeg_compression", "fog"])
+    metric.update(embeddings)            # (N, P, n, D): per image, per perturbation, the clean + m perturbed embeddings
+    metric.update(emb, "fog")            # or (N, n, D) for one perturbation
+    metric.update_values(r_dr)           # or precomputed per-image values (N, P) (e.g. SweepOutput.r_dr)
+    metric.compute()                     # {"jpeg_compression": ..., "fog": ..., "mean": ...}
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+from torch import Tensor
+from torchmetrics import Metric
+
+from src.features import FeatureExtractor
+from src.robustness.metrics import cosine_robustness, divergence_radius
+from src.robustness.protocol import robustness_sweep
+from src.utils.distributed import Shard
+
+__all__ = ["DivergenceRadius", "CosineRobustness", "robustness_metrics"]
+
+F64 = torch.float64
+
+
+class _PerPerturbationMean(Metric):
+    is_differentiable = False
+    higher_is_better = False  # larger = less robust
+    full_state_update = False
+    _value_fn: Callable[[Tensor], Tensor]
+
+    def __init__(self, perturbations: Sequence[str], **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        names = tuple(perturbations)
+        if not names or len(set(names)) != len(names) or not all(isinstance(n, str) and n for n in names):
+            raise ValueError(f"perturbations must be distinct non-empty names, got {list(perturbations)}")
+        self.names = names
+        self.add_state("total", torch.zeros(len(names), dtype=F64), dist_reduce_fx="sum")
+        self.add_state("count", torch.zeros(len(names), dtype=F64), dist_reduce_fx="sum")
+
+    def _column(self, perturbation: str) -> int:
+        if perturbation not in self.names:
+            raise ValueError(f"unknown perturbation {perturbation!r}; this metric tracks {list(self.names)}")
+        return self.names.index(perturbation)
+
+    def update_values(self, values: Tensor, perturbation: str | None = None) -> None:
+        """Add per-image values: (N, P) in the order of ``perturbations``, or (N,) for one ``perturbation``."""
+        v = torch.as_tensor(values).to(device=self.total.device, dtype=F64)
+        if not bool(torch.isfinite(v).all()):
+            raise ValueError(f"{type(self).__name__}: non-finite per-image values")
+        if perturbation is None:
+            if v.dim() != 2 or v.shape[1] != len(self.names):
+                raise ValueError(
+                    f"values must be (N, {len(self.names)}) (one column per perturbation {list(self.names)}), "
+                    f"got {tuple(v.shape)}; pass perturbation=<name> for a single column"
+                )
+            self.total += v.sum(0)
+            self.count += v.shape[0]
+        else:
+            if v.dim() != 1:
+                raise ValueError(f"values for one perturbation must be (N,), got {tuple(v.shape)}")
+            j = self._column(perturbation)
+            self.total[j] += v.sum()
+            self.count[j] += v.shape[0]
+
+    def update(self, embeddings: Tensor, perturbation: str | None = None) -> None:  # type: ignore[override]
+        """Add embeddings: (N, P, n, D) for every perturbation, or (N, n, D) for one ``perturbation``; each set of n
+        points holds the clean embedding and the m perturbed ones (normalised inside)."""
+        if not isinstance(embeddings, Tensor):
+            raise TypeError(f"embeddings must be a tensor, got {type(embeddings).__name__}")
+        want = 3 if perturbation is not None else 4
+        if embeddings.dim() != want:
+            shape = "(N, n, D) for one perturbation" if perturbation is not None else "(N, P, n, D)"
+            raise ValueError(f"embeddings must be {shape}, got {tuple(embeddings.shape)}")
+        self.update_values(type(self)._value_fn(embeddings), perturbation)
+
+    def compute(self) -> dict[str, Tensor]:
+        """{perturbation: mean over images, "mean": mean over perturbations}; raises if a perturbation saw no image."""
+        if not bool((self.count > 0).all()):
+            missing = [n for n, c in zip(self.names, self.count.tolist()) if c <= 0]
+            raise RuntimeError(f"{type(self).__name__}: no images were added for perturbation(s) {missing}")
+        means = self.total / self.count
+        out = {name: means[i] for i, name in enumerate(self.names)}
+        out["mean"] = means.mean()
+        return out
+
+
+class DivergenceRadius(_PerPerturbationMean):
+    """Mean DivergenceRadius R_dr (radius of the minimum enclosing ball of the unit embeddings; §3.3, eq. 10)."""
+
+    _value_fn = staticmethod(divergence_radius)
+
+
+class CosineRobustness(_PerPerturbationMean):
+    """Mean cosine robustness R_cs = (1 − min pairwise cos) / 2 (§3.1, eq. 6)."""
+
+    _value_fn = staticmethod(cosine_robustness)
+
+
+def robustness_metrics(
+    images: Tensor,
+    feature_fn: Callable[[Tensor], Tensor] | FeatureExtractor,
+    *,
+    perturbations: Sequence[str],
+    m: int = 5,
+    mode: str = "equal",
+    seed: int = 0,
+    chunk_size: int = 16,
+    rank: int = 0,
+    world_size: int = 1,
+    device: str | torch.device | None = None,
+) -> dict[str, float]:
+    """The sweep on this rank's chunks of ``images`` through both metrics; every rank must call it (``compute``
+    syncs). Returns {"divergence_radius/<name>", "divergence_radius/mean", "cosine_robustness/<name>", ...}."""
+    out = robustness_sweep(
+        images,
+        feature_fn,
+        perturbations=perturbations,
+        m=m,
+        mode=mode,
+        seed=seed,
+        chunk_size=chunk_size,
+        shard=Shard(rank, world_size),
+        device=device,
+    )
+    dev = torch.device(device) if device is not None else torch.device("cpu")
+    result: dict[str, float] = {}
+    for family, metric, values in (
+        ("divergence_radius", DivergenceRadius(out.names).to(dev), out.r_dr),
+        ("cosine_robustness", CosineRobustness(out.names).to(dev), out.r_cs),
+    ):
+        metric.update_values(values)
+        result.update({f"{family}/{k}": float(v) for k, v in metric.compute().items()})
+    return result

@@ -1,0 +1,38 @@
+"""DivergenceRadius and friends (Liu et al., "Robustness of Vision Foundation Models to Common Perturbations",
+arXiv:2604.14973): exact minimum enclosing balls, the three per-image robustness values, the perturbation sweep,
+and ACC_p with its regression. No Lightning imports here (the torchmetrics and callback are thin shells)."""
+
+from .downstream import (
+    LinearClassifier,
+    ZeroShotClassifier,
+    fit_line,
+    fit_linear_probe,
+    open_clip_zero_shot,
+    regression_mse,
+    zero_shot_weights,
+)
+from .images import bundled_photos
+from .meb import minimum_enclosing_ball
+from .metrics import cosine_robustness, divergence_radius, euclidean_robustness, normalize_embeddings
+from .protocol import SweepOutput, robustness_sweep, sweep_means, sweep_parameters, sweep_sums
+
+__all__ = [
+    "LinearClassifier",
+    "SweepOutput",
+    "ZeroShotClassifier",
+    "bundled_photos",
+    "cosine_robustness",
+    "divergence_radius",
+    "euclidean_robustness",
+    "fit_line",
+    "fit_linear_probe",
+    "minimum_enclosing_ball",
+    "normalize_embeddings",
+    "open_clip_zero_shot",
+    "regression_mse",
+    "robustness_sweep",
+    "sweep_means",
+    "sweep_parameters",
+    "sweep_sums",
+    "zero_shot_weights",
+]

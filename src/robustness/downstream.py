@@ -1,0 +1,151 @@
+"""Downstream classifiers under perturbation and the robustness → ACC_p regression.
+
+Liu et al., "Robustness of Vision Foundation Models to Common Perturbations" (arXiv:2604.14973), §5:
+* §5.1, classifiers g ∘ f on a frozen foundation model f: a linear probe trained on clean embeddings, and — for
+  CLIP-style backbones — zero-shot classification against text embeddings of class-name prompts
+  ("a photo of a {c}.", the CLIP prompt);
+* §5.2, predicting an image's ACC_p from its robustness value (R_dr or R_cs) with a linear regression trained on
+  the first half of the images and scored (mean squared error) on the second half (Figs. 10, 11).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+__all__ = [
+    "LinearClassifier",
+    "fit_linear_probe",
+    "ZeroShotClassifier",
+    "zero_shot_weights",
+    "open_clip_zero_shot",
+    "fit_line",
+    "regression_mse",
+    "DEFAULT_TEMPLATES",
+]
+
+F64 = torch.float64
+DEFAULT_TEMPLATES = ("a photo of a {c}.",)
+
+
+class LinearClassifier(nn.Module):
+    """scores = z Wᵀ + b (a frozen linear head)."""
+
+    def __init__(self, weight: Tensor, bias: Tensor) -> None:
+        super().__init__()
+        self.register_buffer("weight", weight.detach().to(torch.float32))
+        self.register_buffer("bias", bias.detach().to(torch.float32))
+
+    def forward(self, z: Tensor) -> Tensor:
+        return z.to(self.weight.dtype) @ self.weight.T.to(z.device) + self.bias.to(z.device)
+
+
+def fit_linear_probe(z: Tensor, y: Tensor, *, C: float = 1.0, max_iter: int = 2000) -> LinearClassifier:
+    """Multinomial logistic regression (scikit-learn, L2 penalty ``C``) on standardised clean embeddings (N, D) with
+    integer labels (N,); the standardisation is folded into the returned head, which takes raw embeddings."""
+    from sklearn.linear_model import LogisticRegression
+
+    if z.dim() != 2 or y.shape != (z.shape[0],):
+        raise ValueError(f"need embeddings (N, D) and labels (N,), got {tuple(z.shape)} and {tuple(y.shape)}")
+    if len(torch.unique(y)) < 2:
+        raise ValueError("a linear probe needs at least two classes in the training labels")
+    x = z.detach().cpu().to(F64).numpy()
+    mu, sd = x.mean(0), x.std(0) + 1e-12
+    clf = LogisticRegression(C=C, max_iter=max_iter).fit((x - mu) / sd, y.cpu().numpy())
+    W = clf.coef_ / sd
+    b = clf.intercept_ - W @ mu
+    if W.shape[0] == 1:  # binary: sklearn keeps one row; scores (−s, s) give the same argmax
+        W, b = np.concatenate([-W, W]) / 2, np.concatenate([-b, b]) / 2
+    return LinearClassifier(torch.from_numpy(W), torch.from_numpy(b))
+
+
+class ZeroShotClassifier(nn.Module):
+    """CLIP zero-shot head: scores = scale · cos(z, t_c) against one unit text embedding t_c per class."""
+
+    def __init__(self, text_weights: Tensor, logit_scale: float = 100.0) -> None:
+        super().__init__()
+        if text_weights.dim() != 2:
+            raise ValueError(f"text_weights must be (num_classes, D), got {tuple(text_weights.shape)}")
+        self.register_buffer("text_weights", nn.functional.normalize(text_weights.detach().float(), dim=-1))
+        self.logit_scale = float(logit_scale)
+
+    def forward(self, z: Tensor) -> Tensor:
+        z = nn.functional.normalize(z.float(), dim=-1)
+        return self.logit_scale * z @ self.text_weights.T.to(z.device)
+
+
+@torch.no_grad()
+def zero_shot_weights(
+    encode_text: Callable[[Tensor], Tensor],
+    tokenize: Callable[[list[str]], Tensor],
+    class_names: Sequence[str],
+    templates: Sequence[str] = DEFAULT_TEMPLATES,
+) -> Tensor:
+    """(C, D) unit class embeddings: for each class, the normalised mean of the normalised text embeddings of its
+    prompts ``template.format(c=name)`` (CLIP's prompt ensembling; one template by default)."""
+    if not class_names:
+        raise ValueError("class_names is empty")
+    if not templates or any("{c}" not in t for t in templates):
+        raise ValueError(f"every template needs a '{{c}}' placeholder for the class name, got {list(templates)}")
+    rows = []
+    for name in class_names:
+        t = encode_text(tokenize([tpl.format(c=name) for tpl in templates])).float()
+        t = nn.functional.normalize(t, dim=-1).mean(0)
+        rows.append(nn.functional.normalize(t, dim=-1))
+    return torch.stack(rows)
+
+
+def open_clip_zero_shot(
+    arch: str,
+    class_names: Sequence[str],
+    *,
+    pretrained: str | None = None,
+    templates: Sequence[str] = DEFAULT_TEMPLATES,
+    model: nn.Module | None = None,
+) -> ZeroShotClassifier:
+    """Zero-shot head for an ``open_clip:<arch>`` backbone: its text tower (the same ``pretrained`` weights; or a
+    given open_clip ``model``) embeds the prompts; the logit scale is the model's own."""
+    import open_clip
+
+    if model is None:
+        from src.backbones.open_clip_backbone import _resolve_pretrained
+
+        weights = _resolve_pretrained(arch, pretrained) if pretrained else None
+        model = open_clip.create_model(arch, pretrained=weights)
+    model.eval()
+    tokenizer = (
+        open_clip.get_tokenizer(arch) if arch in open_clip.list_models() else open_clip.get_tokenizer("ViT-B-32")
+    )
+    w = zero_shot_weights(model.encode_text, tokenizer, class_names, templates)
+    scale = float(model.logit_scale.exp()) if hasattr(model, "logit_scale") else 100.0
+    return ZeroShotClassifier(w, scale)
+
+
+def fit_line(x: Tensor, y: Tensor) -> tuple[float, float]:
+    """Least-squares line y ≈ a·x + b in closed form (float64): a = cov(x, y)/var(x), b = ȳ − a·x̄.
+
+    A constant x (var = 0) gives the best constant predictor a = 0, b = ȳ."""
+    x, y = torch.as_tensor(x, dtype=F64).reshape(-1), torch.as_tensor(y, dtype=F64).reshape(-1)
+    if x.numel() != y.numel() or x.numel() < 1:
+        raise ValueError(f"fit_line needs equally many x and y values (>= 1), got {x.numel()} and {y.numel()}")
+    if not bool(torch.isfinite(x).all() and torch.isfinite(y).all()):
+        raise ValueError("fit_line: x and y must be finite")
+    xc, yc = x - x.mean(), y - y.mean()
+    sxx = float((xc * xc).sum())
+    a = float((xc * yc).sum()) / sxx if sxx > 0 else 0.0
+    return a, float(y.mean()) - a * float(x.mean())
+
+
+def regression_mse(x: Tensor, y: Tensor) -> tuple[float, float, float]:
+    """§5.2: fit y ≈ a·x + b on the first half of the pairs (in the given order), return (test MSE on the second
+    half, a, b). Needs at least 2 pairs."""
+    x, y = torch.as_tensor(x, dtype=F64).reshape(-1), torch.as_tensor(y, dtype=F64).reshape(-1)
+    if x.numel() < 2:
+        raise ValueError(f"regression_mse needs at least 2 (robustness, ACC_p) pairs, got {x.numel()}")
+    h = x.numel() // 2
+    a, b = fit_line(x[:h], y[:h])
+    mse = float(((a * x[h:] + b - y[h:]) ** 2).mean())
+    return mse, a, b
