@@ -1,6 +1,6 @@
 """LightningDataModules of [0, 1] pixel-space images with batches ``(x, y, index)``, and their shared helpers."""
 
-from .common import IndexedDataset, SeededRandomSampler, make_loader, stratified_split
+from .common import IndexedDataset, ResumableDataLoader, SeededRandomSampler, make_loader, stratified_split
 from .digits import DigitsDataModule
 from .gaussian import GaussianTaskDataModule
 from .photos import PhotosDataModule
@@ -12,6 +12,7 @@ __all__ = [
     "GaussianTaskDataModule",
     "IndexedDataset",
     "PhotosDataModule",
+    "ResumableDataLoader",
     "SeededRandomSampler",
     "TorchvisionDataModule",
     "make_loader",

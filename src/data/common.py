@@ -5,9 +5,13 @@ which the probe's feature cache keys on.
 
 Sampling policy (``make_loader``):
 
-* training, single process: :class:`SeededRandomSampler`, whose order is a pure function of ``(seed, epoch)``.
-  Lightning calls ``set_epoch`` on every sampler that has it at the start of each epoch (``_set_sampler_epoch`` in the
-  fit loop), so a run killed and resumed from a checkpoint sees exactly the order of the uninterrupted run.
+* training, single process: :class:`SeededRandomSampler`, whose order is a pure function of ``(seed, epoch)``, in a
+  :class:`ResumableDataLoader`. Lightning calls ``set_epoch`` on every sampler that has it at the start of each epoch
+  (``_set_sampler_epoch`` in the fit loop), so a run resumed from an end-of-epoch checkpoint sees exactly the order of
+  the uninterrupted run. Mid-epoch checkpoints (a crash, SIGTERM, Ctrl-C) are exact too: Lightning saves the loader's
+  ``state_dict()`` -- (epoch, batches already trained, read off the trainer's progress counters) -- in every
+  checkpoint and hands it back to ``load_state_dict`` when it restarts mid-epoch; the sampler then skips the batches
+  already trained, so the resumed run trains on the same batches in the same order as the uninterrupted one.
 * training under DDP: a plain ``shuffle=True`` loader, left to Lightning, which replaces its ``RandomSampler`` by
   ``DistributedSampler(shuffle=True, seed=PL_GLOBAL_SEED)`` (set by ``seed_everything``) and calls ``set_epoch`` every
   epoch -- also a function of (seed, epoch). (A custom sampler would instead be wrapped in Lightning's
@@ -21,7 +25,9 @@ Sampling policy (``make_loader``):
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+import warnings
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 import lightning as L
 import numpy as np
@@ -29,7 +35,16 @@ import torch
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset, Sampler
 
-__all__ = ["IndexedDataset", "SeededRandomSampler", "stratified_split", "make_loader", "distributed_world"]
+__all__ = [
+    "IndexedDataset",
+    "ResumableDataLoader",
+    "SeededRandomSampler",
+    "check_loader_args",
+    "distributed_world",
+    "fit_position",
+    "make_loader",
+    "stratified_split",
+]
 
 
 class IndexedDataset(Dataset):
@@ -53,14 +68,20 @@ def _mix_seed(*values: int) -> int:
 
 
 class SeededRandomSampler(Sampler[int]):
-    """A random permutation of ``range(n)`` that depends only on ``(seed, epoch)``; call ``set_epoch`` each epoch."""
+    """A random permutation of ``range(n)`` that depends only on ``(seed, epoch)``; call ``set_epoch`` each epoch.
 
-    def __init__(self, n: int, seed: int = 0) -> None:
+    ``position``: optional ``() -> (epoch, samples already consumed) | None``, asked at the start of every iteration;
+    when it answers, the iteration is that epoch's permutation from that offset (a mid-epoch resume). ``len()`` stays
+    ``n`` (Lightning counts the batches already trained itself).
+    """
+
+    def __init__(self, n: int, seed: int = 0, position: Callable[[], tuple[int, int] | None] | None = None) -> None:
         if int(n) < 0:
             raise ValueError(f"n must be >= 0, got {n}")
         self.n = int(n)
         self.seed = int(seed)
         self.epoch = 0
+        self.position = position
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = int(epoch)
@@ -68,9 +89,82 @@ class SeededRandomSampler(Sampler[int]):
     def __len__(self) -> int:
         return self.n
 
+    def permutation(self, epoch: int | None = None) -> list[int]:
+        """The full order of ``epoch`` (default: the current one)."""
+        g = torch.Generator().manual_seed(_mix_seed(self.seed, self.epoch if epoch is None else epoch))
+        return torch.randperm(self.n, generator=g).tolist()
+
     def __iter__(self) -> Iterator[int]:
-        g = torch.Generator().manual_seed(_mix_seed(self.seed, self.epoch))
-        return iter(torch.randperm(self.n, generator=g).tolist())
+        start = 0
+        pos = self.position() if self.position is not None else None
+        if pos is not None:
+            self.epoch, start = int(pos[0]), int(pos[1])
+        return iter(self.permutation()[start:])
+
+
+def fit_position(trainer: Any) -> tuple[int, int] | None:
+    """``(epoch, batches of that epoch already trained)`` of a Lightning trainer's fit loop; None outside ``fit``.
+
+    Read off Lightning's progress counters, which a checkpoint restores: inside an epoch (its
+    ``on_train_epoch_start`` hooks have run) it is ``(that epoch, batches whose training step finished)``; between
+    epochs ``(next epoch, 0)``. A checkpoint written by a crash inside a training step therefore resumes at that
+    batch, one written at the end of a batch (``on_train_batch_end``, SIGTERM) at the next one. Valid both before
+    and after Lightning's restart bookkeeping (``reset_on_restart`` sets ``processed`` to ``completed``, which
+    equals the raw ``processed`` count once a batch-end restart has been accounted for).
+    """
+    if trainer is None or not getattr(trainer, "training", False):
+        return None
+    loop = trainer.fit_loop
+    epochs = loop.epoch_progress.current
+    if epochs.started > epochs.processed:  # inside epoch `processed`
+        return int(epochs.processed), int(loop.epoch_loop.batch_progress.current.processed)
+    return int(epochs.processed), 0
+
+
+class ResumableDataLoader(DataLoader):
+    """A DataLoader over a :class:`SeededRandomSampler` that resumes exactly where a checkpoint left off.
+
+    ``position``: ``() -> (epoch, batches already trained) | None`` (see :func:`fit_position`), asked by the sampler
+    whenever an epoch's iteration starts, so a resumed run skips the batches the interrupted run already trained.
+    (Lightning's own loader-state mechanism, ``state_dict``/``load_state_dict``, is not enough: when
+    ``configure_optimizers`` asks for ``trainer.estimated_stepping_batches`` the train loader is built before the
+    checkpoint is restored and the saved state is never loaded.) ``state_dict`` reports the position for the
+    record; ``load_state_dict`` only checks that seed and batch size did not change.
+    """
+
+    def __init__(
+        self,
+        dataset: Dataset,
+        *,
+        sampler: SeededRandomSampler,
+        position: Callable[[], tuple[int, int] | None] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(dataset, sampler=sampler, **kwargs)
+        self.position = position
+        if position is not None:
+            sampler.position = self._sample_position
+
+    def _sample_position(self) -> tuple[int, int] | None:
+        pos = self.position() if self.position is not None else None
+        return None if pos is None else (pos[0], pos[1] * int(self.batch_size or 1))
+
+    def state_dict(self) -> dict[str, int]:
+        pos = self.position() if self.position is not None else None
+        if pos is None:
+            return {}
+        sampler: SeededRandomSampler = self.sampler  # type: ignore[assignment]
+        return {"epoch": pos[0], "batches": pos[1], "batch_size": int(self.batch_size or 1), "seed": sampler.seed}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        sampler: SeededRandomSampler = self.sampler  # type: ignore[assignment]
+        if state and (int(state["seed"]) != sampler.seed or int(state["batch_size"]) != int(self.batch_size or 1)):
+            warnings.warn(
+                f"resuming mid-epoch with another data seed or batch size than the checkpoint's (seed "
+                f"{state['seed']} -> {sampler.seed}, batch_size {state['batch_size']} -> {self.batch_size}): the "
+                "rest of the epoch is not the data the interrupted run would have seen",
+                stacklevel=2,
+            )
 
 
 def _apportion(total: int, fractions: Sequence[float]) -> np.ndarray:
@@ -122,6 +216,19 @@ def distributed_world() -> tuple[int, int]:
     return 1, 0
 
 
+def check_loader_args(batch_size: object, num_workers: object = 0) -> tuple[int, int]:
+    """``batch_size`` >= 1 and ``num_workers`` >= 0 as ints, or a ValueError naming the config key to fix."""
+    try:
+        bs, nw = int(batch_size), int(num_workers)  # type: ignore[call-overload]
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"batch_size and num_workers must be integers, got {batch_size!r}, {num_workers!r}") from err
+    if bs < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}; set data.batch_size to a positive integer")
+    if nw < 0:
+        raise ValueError(f"num_workers must be >= 0, got {num_workers}; set data.num_workers=0 to load in-process")
+    return bs, nw
+
+
 def make_loader(
     dataset: Dataset,
     batch_size: int,
@@ -129,12 +236,15 @@ def make_loader(
     seed: int = 0,
     num_workers: int = 0,
     drop_last: bool = False,
+    position: Callable[[], tuple[int, int] | None] | None = None,
 ) -> DataLoader:
     """A DataLoader following the sampling policy of this module (see the module docstring).
 
-    ``shuffle=True``: training order from :class:`SeededRandomSampler` (single process) or Lightning's
+    ``shuffle=True``: training order from :class:`SeededRandomSampler` in a :class:`ResumableDataLoader` (single
+    process; ``position`` reports the trainer's progress for mid-epoch checkpoints) or Lightning's
     ``DistributedSampler`` (DDP). ``shuffle=False``: sequential, sharded without duplicates under DDP.
     """
+    batch_size, num_workers = check_loader_args(batch_size, num_workers)
     world_size, rank = distributed_world()
     kwargs = dict(
         batch_size=int(batch_size),
@@ -146,7 +256,8 @@ def make_loader(
     if shuffle:
         if world_size > 1:  # Lightning injects DistributedSampler(shuffle=True, seed=PL_GLOBAL_SEED) + set_epoch
             return DataLoader(dataset, shuffle=True, **kwargs)
-        return DataLoader(dataset, sampler=SeededRandomSampler(len(dataset), seed), **kwargs)  # type: ignore[arg-type]
+        sampler = SeededRandomSampler(len(dataset), seed)  # type: ignore[arg-type]
+        return ResumableDataLoader(dataset, sampler=sampler, position=position, **kwargs)
     if world_size > 1:
         from lightning.pytorch.overrides.distributed import UnrepeatedDistributedSampler
 
@@ -169,13 +280,35 @@ class SplitsDataModule(L.LightningDataModule):
     train_dataset: Dataset | None = None
     val_dataset: Dataset | None = None
     test_dataset: Dataset | None = None
-    batch_size: int = 64
     seed: int = 0
-    num_workers: int = 0
+    _batch_size: int = 64
+    _num_workers: int = 0
+
+    @property
+    def batch_size(self) -> int:
+        return self._batch_size
+
+    @batch_size.setter
+    def batch_size(self, value: int) -> None:
+        self._batch_size = check_loader_args(value)[0]  # batch_size=0 fails here, at construction
+
+    @property
+    def num_workers(self) -> int:
+        return self._num_workers
+
+    @num_workers.setter
+    def num_workers(self, value: int) -> None:
+        self._num_workers = check_loader_args(1, value)[1]
+
+    def _fit_position(self) -> tuple[int, int] | None:
+        trainer = getattr(self, "trainer", None)
+        return fit_position(trainer) if trainer is not None else None
 
     def _loader(self, split: str, shuffle: bool) -> DataLoader:
         self.setup()
-        return make_loader(getattr(self, f"{split}_dataset"), self.batch_size, shuffle, self.seed, self.num_workers)
+        dataset = getattr(self, f"{split}_dataset")
+        position = self._fit_position if shuffle else None
+        return make_loader(dataset, self.batch_size, shuffle, self.seed, self.num_workers, position=position)
 
     def train_dataloader(self) -> DataLoader:
         return self._loader("train", True)
