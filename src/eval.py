@@ -1,13 +1,16 @@
 """``python -m src.eval ckpt_path=...``: clean, PGD and (optionally) AutoAttack accuracy of a trained checkpoint.
 
-Writes ``metrics.json`` in the run directory and logs ``test/acc``, ``test/adv/acc_<norm>_<eps>``,
-``test/autoattack/acc_<norm>_<eps>``.
+The model (class, backbone, head, training and evaluation attack) comes from the checkpoint, rebuilt only if its
+class is a registered RepBench module (``src.utils.checkpoint``); ``eval.attack`` fields that are not null override
+the checkpoint's evaluation attack. Writes ``metrics.json`` in the run directory and logs ``test/acc``,
+``test/adv/acc_<norm>_<eps>``, ``test/autoattack/acc_<norm>_<eps>``.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -17,8 +20,9 @@ import torch
 from hydra.utils import instantiate
 from omegaconf import DictConfig
 
+from src.models.base import unpack_batch
 from src.utils import format_eps
-from src.utils.checkpoint import load_module
+from src.utils.checkpoint import load_module, module_class, read_checkpoint
 from src.utils.hydra_utils import instantiate_list, log_config, to_container
 
 log = logging.getLogger("repbench")
@@ -29,44 +33,61 @@ __all__ = ["evaluate", "main"]
 def _first_samples(loader: Any, n: int) -> tuple[torch.Tensor, torch.Tensor]:
     xs, ys, have = [], [], 0
     for batch in loader:
-        xs.append(batch[0])
-        ys.append(batch[1])
-        have += len(batch[1])
+        x, y, _ = unpack_batch(batch)
+        xs.append(x)
+        ys.append(y)
+        have += len(y)
         if have >= n:
             break
     return torch.cat(xs)[:n], torch.cat(ys)[:n]
 
 
+def attack_overrides(hparams: Mapping[str, Any], ev: Mapping[str, Any]) -> dict[str, Any]:
+    """Constructor overrides for evaluation: the checkpoint's ``eval_attack`` updated by the non-null fields of
+    ``eval.attack`` (so an l-inf-trained probe is attacked with l-inf unless ``eval.attack.norm`` says otherwise),
+    and ``eval.epsilons`` when given."""
+    if "eval_attack" not in hparams:  # not an attackable probe (e.g. SupervisedPretraining): clean accuracy only
+        return {}
+    fields = {k: v for k, v in dict(ev.get("attack") or {}).items() if v is not None}
+    out: dict[str, Any] = {"eval_attack": {**dict(hparams.get("eval_attack") or {}), **fields}}
+    if ev.get("epsilons") is not None:
+        out["eval_epsilons"] = [float(e) for e in ev["epsilons"]]
+    return out
+
+
 def evaluate(cfg: DictConfig) -> dict[str, float]:
     """Load ``cfg.ckpt_path`` (weights_only), test it on ``cfg.data``; returns the metrics."""
     L.seed_everything(int(cfg.get("seed", 0)), workers=True)
-    ev = cfg.eval
-    overrides: dict[str, Any] = {"eval_attack": to_container(ev.attack)}
-    if ev.get("epsilons") is not None:
-        overrides["eval_epsilons"] = [float(e) for e in ev.epsilons]
+    ckpt = read_checkpoint(cfg.ckpt_path)
+    module_class(ckpt, cfg.ckpt_path)  # refuses a checkpoint of an unregistered class before anything else
+    ev = to_container(cfg.eval)
+    overrides = attack_overrides(ckpt.get("hyper_parameters") or {}, ev)
+    del ckpt
     model = load_module(cfg.ckpt_path, **overrides)
     datamodule: L.LightningDataModule = instantiate(cfg.data, _convert_="all")
     loggers = instantiate_list(cfg.get("logger"))
     trainer: L.Trainer = instantiate(cfg.trainer, logger=loggers or False, callbacks=[], _convert_="all")
     results = trainer.test(model=model, datamodule=datamodule)
     metrics = {k: float(v) for k, v in (results[0] if results else {}).items()}
-    if ev.get("autoattack"):
+    attack = dict(getattr(model, "eval_attack_cfg", {}) or {})
+    if ev.get("autoattack") and attack:
         from src.attacks.autoattack import autoattack_accuracy
 
         datamodule.setup("test")
-        x, y = _first_samples(datamodule.test_dataloader(), int(ev.autoattack_samples))
+        x, y = _first_samples(datamodule.test_dataloader(), int(ev["autoattack_samples"]))
         model.eval()
-        norm = model.eval_attack_cfg["norm"]
+        norm = attack["norm"]
         for eps in model.eval_epsilons:
             acc = autoattack_accuracy(
-                model, x, y, eps=eps, norm=norm, version=ev.autoattack_version, seed=int(cfg.seed)
+                model, x, y, eps=eps, norm=norm, version=ev["autoattack_version"], seed=int(cfg.seed)
             )
             metrics[f"test/autoattack/acc_{norm}_{format_eps(eps)}"] = float(acc)
         for lg in loggers:
             lg.log_metrics({k: v for k, v in metrics.items() if "/autoattack/" in k})
     out = Path(cfg.paths.output_dir) / "metrics.json"
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"ckpt_path": str(cfg.ckpt_path), "metrics": metrics}, indent=2))
+    record = {"ckpt_path": str(cfg.ckpt_path), "module": type(model).__name__, "attack": attack, "metrics": metrics}
+    out.write_text(json.dumps(record, indent=2))
     log.info("metrics written to %s: %s", out, metrics)
     return metrics
 

@@ -25,6 +25,7 @@ __all__ = [
     "CheckpointError",
     "checkpoint_class_name",
     "load_module",
+    "module_class",
     "read_checkpoint",
     "record_module_class",
     "register_module",
@@ -91,6 +92,11 @@ def checkpoint_class_name(ckpt: Mapping[str, Any], path: str | Path = "checkpoin
             "load it with its own LightningModule class"
         )
     return target
+
+
+def module_class(ckpt: Mapping[str, Any], path: str | Path = "checkpoint") -> type:
+    """The registered LightningModule class that wrote ``ckpt`` (a dict from :func:`read_checkpoint`)."""
+    return _resolve(checkpoint_class_name(ckpt, path), path)
 
 
 def _resolve(target: str, path: str | Path) -> type:
