@@ -72,7 +72,7 @@ def test_hand_case_through_precomputed_kernels():
     assert 2.3898 <= v < 2.3899
 
 
-@pytest.mark.parametrize("block_size", [1, 7, 16, 70, 1000])
+@pytest.mark.parametrize("block_size", [3, 16, 70, 1000])
 @pytest.mark.parametrize("scales", [("frobenius", "none"), ("none", "frobenius"), ("frobenius", "frobenius")])
 @pytest.mark.parametrize("temperature", [0.01, 0.3])
 def test_blocked_equals_dense_numpy(block_size, scales, temperature):
