@@ -22,13 +22,19 @@ from src.synbench.compare import compare_backbones, comparison_figures, comparis
 log = logging.getLogger("repbench")
 
 
+def protocol_fields(cfg: DictConfig) -> tuple[dict[str, Any], int | None]:
+    """(SynBenchConfig fields, input size) of a composed synbench.yaml: full=true → the official defaults and
+    each backbone's native size, else the ``reduced`` budget at ``input_size``; ``synbench`` applies on top."""
+    fields: dict[str, Any] = {} if cfg.full else dict(OmegaConf.to_container(cfg.reduced, resolve=True))
+    fields.update(OmegaConf.to_container(cfg.synbench, resolve=True) or {})
+    return fields, (None if cfg.full else cfg.input_size)
+
+
 @hydra.main(version_base="1.3", config_path="../../configs", config_name="synbench.yaml")
 def main(cfg: DictConfig) -> None:
     out = Path(cfg.paths.output_dir)
     out.mkdir(parents=True, exist_ok=True)
-    fields: dict[str, Any] = {} if cfg.full else dict(OmegaConf.to_container(cfg.reduced, resolve=True))
-    fields.update(OmegaConf.to_container(cfg.synbench, resolve=True) or {})
-    input_size = None if cfg.full else cfg.input_size
+    fields, input_size = protocol_fields(cfg)
     t0 = time.perf_counter()
     results = compare_backbones(
         list(cfg.backbones),
@@ -37,6 +43,7 @@ def main(cfg: DictConfig) -> None:
         device=cfg.device,
         progress=bool(cfg.progress),
         backbone_opts=dict(cfg.backbone_opts or {}),
+        extractor=dict(OmegaConf.to_container(cfg.get("extractor") or {}, resolve=True)),
     )
     md = comparison_markdown(results)
     (out / "scores.md").write_text(md)

@@ -19,10 +19,12 @@ def compare_backbones(
     device: Any = "cpu",
     progress: bool = False,
     backbone_opts: Mapping[str, Any] | None = None,
+    extractor: Mapping[str, Any] | None = None,
 ) -> dict[str, SynBenchResult]:
     """SynBench of every backbone (``create_backbone`` names) under one protocol ``SynBenchConfig(**fields)``.
 
-    ``input_size`` None uses each backbone's native input size (the official protocol).
+    ``input_size`` None uses each backbone's native input size (the official protocol); ``extractor``: options
+    of :class:`src.features.FeatureExtractor`.
     """
     from src.backbones import create_backbone
 
@@ -31,7 +33,9 @@ def compare_backbones(
     for name in names:
         bb = create_backbone(name, **dict(backbone_opts or {})).eval().to(device)
         size = input_size or bb.input_size[-1]
-        results[name] = synbench(bb.embed, input_shape=(3, size, size), config=cfg, device=device, progress=progress)
+        results[name] = synbench(
+            bb.embed, input_shape=(3, size, size), config=cfg, device=device, progress=progress, extractor=extractor
+        )
         del bb
     return results
 

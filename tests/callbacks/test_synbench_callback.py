@@ -9,8 +9,10 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from callbacks import SynBenchCallback
-from callbacks.synbench_callback import weights_fingerprint
-from src.metrics.synbench_score import synbench_distributed
+from callbacks.synbench_callback import callback_budget, weights_fingerprint
+from src.metrics.synbench_score import scores_of
+from src.synbench import SynBenchConfig, synbench
+from src.synbench.defaults import CONFIGS
 
 BUDGET = dict(
     s_values=(0.5, 1.0, 2.0, 3.0),
@@ -96,8 +98,9 @@ def test_result_equals_the_functional_runner_on_the_same_backbone() -> None:
     cb = SynBenchCallback(input_size=8, config=BUDGET)
     _fit(model, cb, epochs=1)
     model.backbone.eval()
-    expected, _ = synbench_distributed(model.backbone, (3, 8, 8), cb.config)
-    assert cb.last == pytest.approx(expected, abs=1e-12)
+    expected = scores_of(synbench(model.backbone, input_shape=(3, 8, 8), config=cb.config))
+    # one process, the same loop on the same samples: bitwise equal
+    assert cb.last == expected
 
 
 def test_modes_are_restored() -> None:
@@ -165,3 +168,17 @@ def test_bad_arguments() -> None:
         SynBenchCallback(every_n_epochs=0)
     with pytest.raises(ValueError):
         SynBenchCallback(config={"eps": (-0.1,)})
+
+
+def test_code_defaults_are_the_yaml() -> None:
+    import inspect
+
+    from omegaconf import OmegaConf
+
+    yaml = OmegaConf.to_container(OmegaConf.load(CONFIGS / "callbacks" / "synbench.yaml"))["synbench"]
+    cb = SynBenchCallback()
+    assert cb.config == SynBenchConfig(**yaml["config"]) == SynBenchConfig(**callback_budget())
+    params = inspect.signature(SynBenchCallback).parameters
+    for key, value in yaml.items():
+        if key not in ("_target_", "config"):
+            assert params[key].default == value, key

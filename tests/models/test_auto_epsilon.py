@@ -59,3 +59,15 @@ def test_bad_scale_is_an_error() -> None:
         L.Trainer(max_epochs=1, accelerator="cpu", logger=False, enable_progress_bar=False, inference_mode=False).fit(
             model, DataLoader(_Toy(size=8), batch_size=16)
         )
+
+
+def test_defaults_are_the_yaml_block() -> None:
+    from omegaconf import OmegaConf
+
+    from src.models.auto_epsilon import auto_epsilon_defaults
+    from src.synbench.defaults import CONFIGS
+
+    yaml = OmegaConf.to_container(OmegaConf.load(CONFIGS / "model" / "robust_probe.yaml"))["auto_epsilon"]
+    assert auto_epsilon_defaults() == yaml
+    fields = {k: v for k, v in yaml.items() if k not in ("input_size", "scale")}
+    SynBenchConfig(**fields)  # a valid protocol

@@ -1,0 +1,97 @@
+"""Clear early errors and consistent validation: a_T below the grid integral, the eigenvalue cut-off (negative,
+mode, scale warning), feature functions that return no tensor, and full=true = the official protocol."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+from src.synbench import SynBenchConfig, synbench
+from src.synbench.__main__ import protocol_fields
+from src.synbench.bayes import evaluate_representation, retained_eig
+from src.synbench.defaults import CONFIGS
+from src.synbench.score import synbench_score
+from src.synbench.theory import reference_curve
+
+SHAPE = (1, 4, 4)
+SMALL = dict(s_values=(0.5, 1.0, 2.0), n_train=400, n_test=400, normalization="none", a_T=(0.7,), eps=(0.0, 0.4))
+
+
+def flat(x: torch.Tensor) -> torch.Tensor:
+    return x.double().flatten(1)
+
+
+def test_a_T_below_the_grid_is_refused_consistently() -> None:
+    # config validation and the score function agree: grid integral needs a_T >= 0.6 (its first point), the
+    # exact integral accepts [0.5, 1)
+    for a_t in (0.5, 0.55, 0.599):
+        with pytest.raises(ValueError, match="a_T"):
+            SynBenchConfig(a_T=(a_t,))
+        assert SynBenchConfig(a_T=(a_t,), integral="exact").a_T == (a_t,)
+    a, b = reference_curve(np.linspace(0.5, 4.5, 9))
+    with pytest.raises(ValueError, match="a_T = 0.55"):
+        synbench_score(a, b, a, b, 0.55, "grid")
+    assert synbench_score(a, b, a, b, 0.6, "grid") == 1.0
+    assert synbench_score(0.9 * a + 0.05, b, a, b, 0.55, "exact") != synbench_score(
+        0.9 * a + 0.05, b, a, b, 0.6, "exact"
+    )
+    res = synbench(flat, input_shape=SHAPE, config=SynBenchConfig(**{**SMALL, "a_T": (0.55,), "integral": "exact"}))
+    with pytest.raises(ValueError, match="a_T"):
+        res.score(0.0, 0.55, "grid")
+
+
+def test_eig_tol_is_validated() -> None:
+    for bad in (-1e-6, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="eig_tol"):
+            SynBenchConfig(eig_tol=bad)
+        with pytest.raises(ValueError, match="eig_tol"):
+            retained_eig(torch.eye(3, dtype=torch.float64), bad)
+    with pytest.raises(ValueError, match="eig_tol_mode"):
+        SynBenchConfig(eig_tol_mode="percent")
+
+
+def test_absolute_cut_off_warns_and_relative_is_scale_invariant() -> None:
+    g = torch.Generator().manual_seed(0)
+    y = (torch.rand(600, generator=g) < 0.5).long()
+    z = torch.randn(600, 6, generator=g, dtype=torch.float64) + 0.8 * (2 * y[:, None] - 1)
+    yt = (torch.rand(500, generator=g) < 0.5).long()
+    zt = torch.randn(500, 6, generator=g, dtype=torch.float64) + 0.8 * (2 * yt[:, None] - 1)
+    base = evaluate_representation(z, y, zt, yt, [0.0, 0.3])
+    small = 1e-4  # feature variances ~1e-8 < the official absolute cut-off 1e-6: every direction is dropped
+    with pytest.warns(RuntimeWarning, match="drops 6 of 6"), pytest.warns(RuntimeWarning, match="degenerate"):
+        evaluate_representation(small * z, y, small * zt, yt, [0.0, 0.3])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no warning: the relative cut-off 1e-6·λ_max drops nothing here
+        rel = evaluate_representation(small * z, y, small * zt, yt, [0.0, 0.3], eig_tol_mode="relative")
+    # Scaling by 1e-4 is exact up to rounding: margins move by ~κ(Σ)·u relative (κ ≈ 2 here), so no count changes
+    # (1 count = 1/500 ≫ 1e-9) and bounds agree to 1e-9 ≫ κ·u·(D = 6) ≈ 1e-15.
+    torch.testing.assert_close(rel[0], base[0], rtol=0, atol=1e-9)
+    torch.testing.assert_close(rel[1], base[1], rtol=1e-9, atol=0)
+
+
+@pytest.mark.parametrize(
+    "fn,err,match",
+    [
+        (lambda x: (flat(x), flat(x)), TypeError, "tuple"),
+        (lambda x: {"z": flat(x)}, TypeError, "dict"),
+        (lambda x: flat(x).numpy(), TypeError, "ndarray"),
+        (lambda x: flat(x)[:1], ValueError, "batch of"),
+    ],
+)
+def test_feature_fn_must_return_a_feature_tensor(fn, err, match) -> None:
+    with pytest.raises(err, match=match):
+        synbench(fn, input_shape=SHAPE, config=SynBenchConfig(**SMALL))
+
+
+def test_full_true_is_the_official_protocol() -> None:
+    cfg = OmegaConf.load(CONFIGS / "synbench.yaml")
+    cfg.full = True
+    fields, size = protocol_fields(cfg)
+    assert SynBenchConfig(**fields) == SynBenchConfig() and size is None
+    cfg.full = False
+    fields, size = protocol_fields(cfg)
+    assert SynBenchConfig(**fields).n_train == cfg.reduced.n_train and size == cfg.input_size
