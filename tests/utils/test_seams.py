@@ -1,0 +1,58 @@
+"""The distributed seams (src/utils/distributed.py): shards, reductions and the collective failure check, in one
+process and in 2 gloo processes."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from src.utils.distributed import Shard, all_reduce_sum, no_reduce, process_seams, raise_if_any_failed
+from tests._multiprocess import run_in_processes
+
+
+def test_shards_partition_the_items() -> None:
+    for world in (1, 2, 3, 5):
+        got = sorted(i for r in range(world) for i in Shard(r, world).indices(7))
+        assert got == list(range(7))
+        assert all(Shard(r, world).owns(i) == (i in Shard(r, world).indices(7)) for r in range(world) for i in range(7))
+    assert list(Shard(4, 5).indices(3)) == []  # ranks beyond the items get an empty share
+    for rank, world in ((0, 0), (2, 2), (-1, 2)):
+        with pytest.raises(ValueError, match="invalid shard"):
+            Shard(rank, world)
+
+
+def test_single_process_seams() -> None:
+    shard, reduce = process_seams()
+    assert shard == Shard() and reduce is no_reduce
+    t = torch.arange(3.0)
+    assert no_reduce(t) is t
+    out = all_reduce_sum(t)
+    assert torch.equal(out, t) and out is not t  # a new tensor, as under torch.distributed
+    raise_if_any_failed(None)
+    with pytest.raises(KeyError, match="mine"):
+        raise_if_any_failed(KeyError("mine"))
+
+
+def _worker(rank: int, world: int) -> dict:
+    shard, reduce = process_seams()
+    total = reduce(torch.tensor([float(rank + 1)], dtype=torch.float64))
+    messages = []
+    for bad in (None, 1):
+        try:
+            raise_if_any_failed(ValueError(f"rank {rank} broke") if rank == bad else None, reduce)
+            messages.append("ok")
+        except Exception as err:
+            messages.append(f"{type(err).__name__}: {err}")
+    return {"shard": (shard.rank, shard.world_size), "total": float(total), "messages": messages}
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_two_processes() -> None:
+    outs = run_in_processes(_worker, 2)
+    for rank, out in enumerate(outs):
+        assert out["shard"] == (rank, 2)
+        assert out["total"] == 3.0  # 1 + 2, exact in float64
+        assert out["messages"][0] == "ok"
+    assert outs[1]["messages"][1] == "ValueError: rank 1 broke"
+    assert outs[0]["messages"][1].startswith("RuntimeError: 1 other rank(s) failed")
