@@ -86,6 +86,7 @@ def centered_cosine_kernel(features: Tensor, *, frobenius: bool = False) -> Tens
     """
     xt = centered_normalized_features(features)
     k = xt @ xt.T
+    k = 0.5 * (k + k.T)  # exactly symmetric (BLAS may round K_ij and K_ji differently)
     if frobenius:
         norm = torch.linalg.matrix_norm(k, ord="fro")
         if float(norm) <= 0:

@@ -80,8 +80,8 @@ def sample_task_labels(
     ``factor``: a precomputed Z (n × r) with K ≈ Z Zᵀ (then ``prior_features`` may be None and ``scale`` is
     ignored); default Z = ``prior_factor(prior_features, scale=scale)``. ``order="random"`` visits the points in a
     fresh random permutation per task (the authors' code). Randomness: task t consumes the t-th consecutive run of
-    n (sequential) or 2n (random: permutation keys, then uniforms) float64 uniforms from ``generator``, so
-    ``num_tasks=k`` equals k successive calls with ``num_tasks=1`` on the same generator.
+    n·q (sequential) or n + n·q (random: permutation keys, then Gumbel noise) float64 uniforms from ``generator``,
+    so ``num_tasks=k`` equals k successive calls with ``num_tasks=1`` on the same generator. Memory O(k·n·q + q·k·r).
     """
     if int(num_classes) != num_classes or num_classes < 2:
         raise ValueError(f"num_classes must be an integer >= 2, got {num_classes}")
@@ -101,34 +101,32 @@ def sample_task_labels(
     q, k = int(num_classes), int(num_tasks)
     n, r = z.shape
     device = z.device
-    draws = 2 * n if order == "random" else n
-    uniforms = torch.rand(k, draws, generator=generator, dtype=torch.float64, device=device)
-    if order == "random":
-        perm = torch.argsort(uniforms[:, :n], dim=1)
-        u = uniforms[:, n:]
-    else:
-        perm = None
-        u = uniforms
+    # Per task: n permutation keys (random order only), then n·q uniforms turned into Gumbel noise; a class is
+    # argmax_c(h_c + g_c), an exact draw from softmax(h) (Gumbel-max). Memory: num_tasks·n·q float64.
+    extra = n if order == "random" else 0
+    uniforms = torch.rand(k, extra + n * q, generator=generator, dtype=torch.float64, device=device)
+    perm = torch.argsort(uniforms[:, :n], dim=1) if order == "random" else None
+    gumbel = uniforms[:, extra:].view(k, n, q).clamp_(min=torch.finfo(torch.float64).tiny)
+    gumbel.log_().neg_().log_().neg_()
     zs = z / t  # fold 1/T into the query side once
-    prefix = torch.zeros(k, q, r, dtype=torch.float64, device=device)
+    prefix = torch.zeros(k * q, r, dtype=torch.float64, device=device)  # row t·q + c holds U_c of task t
     labels = torch.empty(k, n, dtype=torch.long, device=device)
     tasks = torch.arange(k, device=device)
+    rows = tasks * q
     for step in range(n):
         if perm is None:
-            h = prefix @ zs[step]  # (k, q)
+            h = (prefix @ zs[step]).view(k, q)
             zi = z[step].expand(k, r)
         else:
             idx = perm[:, step]
             zi = z[idx]  # (k, r)
-            h = torch.bmm(prefix, zs[idx].unsqueeze(-1)).squeeze(-1)
-        p = torch.exp(h - h.amax(dim=1, keepdim=True))
-        cdf = p.cumsum(dim=1)
-        c = (cdf < u[:, step : step + 1] * cdf[:, -1:]).sum(dim=1).clamp_(max=q - 1)
+            h = torch.bmm(prefix.view(k, q, r), zs[idx].unsqueeze(-1)).view(k, q)
+        c = torch.argmax(h + gumbel[:, step], dim=1)
         if perm is None:
             labels[:, step] = c
         else:
             labels[tasks, idx] = c
-        prefix[tasks, c] += zi
+        prefix.index_add_(0, rows + c, zi)
     return labels
 
 
