@@ -53,6 +53,24 @@ class _PerPerturbationMean(Metric):
 
     def update_values(self, values: Tensor, perturbation: str | None = None) -> None:
         """Add per-image values: (N, P) in the order of ``perturbations``, or (N,) for one ``perturbation``."""
+        self.update(None, perturbation, values=values)
+
+    def update(  # type: ignore[override]
+        self, embeddings: Tensor | None = None, perturbation: str | None = None, *, values: Tensor | None = None
+    ) -> None:
+        """Add embeddings: (N, P, n, D) for every perturbation, or (N, n, D) for one ``perturbation``; each set of n
+        points holds the clean embedding and the m perturbed ones (normalised inside). Or precomputed per-image
+        ``values`` (see :meth:`update_values`)."""
+        if (embeddings is None) == (values is None):
+            raise ValueError("pass either embeddings or values=")
+        if embeddings is not None:
+            if not isinstance(embeddings, Tensor):
+                raise TypeError(f"embeddings must be a tensor, got {type(embeddings).__name__}")
+            want = 3 if perturbation is not None else 4
+            if embeddings.dim() != want:
+                shape = "(N, n, D) for one perturbation" if perturbation is not None else "(N, P, n, D)"
+                raise ValueError(f"embeddings must be {shape}, got {tuple(embeddings.shape)}")
+            values = type(self)._value_fn(embeddings)
         v = torch.as_tensor(values).to(device=self.total.device, dtype=F64)
         if not bool(torch.isfinite(v).all()):
             raise ValueError(f"{type(self).__name__}: non-finite per-image values")
@@ -70,17 +88,6 @@ class _PerPerturbationMean(Metric):
             j = self._column(perturbation)
             self.total[j] += v.sum()
             self.count[j] += v.shape[0]
-
-    def update(self, embeddings: Tensor, perturbation: str | None = None) -> None:  # type: ignore[override]
-        """Add embeddings: (N, P, n, D) for every perturbation, or (N, n, D) for one ``perturbation``; each set of n
-        points holds the clean embedding and the m perturbed ones (normalised inside)."""
-        if not isinstance(embeddings, Tensor):
-            raise TypeError(f"embeddings must be a tensor, got {type(embeddings).__name__}")
-        want = 3 if perturbation is not None else 4
-        if embeddings.dim() != want:
-            shape = "(N, n, D) for one perturbation" if perturbation is not None else "(N, P, n, D)"
-            raise ValueError(f"embeddings must be {shape}, got {tuple(embeddings.shape)}")
-        self.update_values(type(self)._value_fn(embeddings), perturbation)
 
     def compute(self) -> dict[str, Tensor]:
         """{perturbation: mean over images, "mean": mean over perturbations}; raises if a perturbation saw no image."""
