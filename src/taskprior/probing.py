@@ -25,6 +25,7 @@ __all__ = [
     "Standardizer",
     "accuracy_summary",
     "check_task_labels",
+    "evaluate_task_probes",
     "fit_task_probes",
     "random_split",
     "task_accuracies",
@@ -222,3 +223,28 @@ def fit_task_probes(
                 loss.backward()
                 opt.step()
     return head.eval()
+
+
+def evaluate_task_probes(
+    features: Tensor,
+    labels: Tensor,
+    train_index: Tensor,
+    test_index: Tensor,
+    num_classes: int,
+    *,
+    standardize: bool = True,
+    **fit_options,
+) -> Tensor:
+    """Held-out accuracy (num_tasks,) of probes trained on rows ``train_index`` and tested on ``test_index``.
+
+    ``features`` (n, D) of the evaluated backbone, ``labels`` (num_tasks, n) from the Task Prior of a prior kernel
+    on the same n images; ``fit_options`` go to :func:`fit_task_probes` (epochs, lr, weight_decay, batch_size,
+    seed). The same labels and split for every evaluated backbone make their accuracies comparable task by task.
+    """
+    check_task_labels(labels, int(num_classes), features.shape[0])
+    x_tr, x_te = features[train_index], features[test_index]
+    if standardize:
+        st = Standardizer.fit(x_tr)
+        x_tr, x_te = st(x_tr), st(x_te)
+    head = fit_task_probes(x_tr, labels[:, train_index], num_classes, **fit_options)
+    return task_accuracies(head, x_te, labels[:, test_index])

@@ -1,0 +1,216 @@
+"""``TaskPriorCallback``: Task-Prior moments of the training backbone's kernel every N epochs (a cheap monitor).
+
+Task Priors (Patel & Balestriero, arXiv:2507.09871), Thm 2.3: with M the centred cosine kernel of
+``pl_module.backbone`` on a fixed image set and K that of a fixed prior (a pretrained backbone's features, computed
+once), E[Tr(MG)] = Σ M_ij σ(K_ij/T) and Var[Tr(MG)] = Σ M_ij² σ(K_ij/T)(1 − σ(K_ij/T)) over G ~ μ_K. A higher E means
+the representation agrees, on average, with the tasks the prior considers likely; a lower Var, more uniformly so.
+
+Logs ``val/task_prior/mean``, ``val/task_prior/var`` and ``val/task_prior/z`` = E/√Var (a signal-to-noise ratio of
+the alignment: how many standard deviations of Tr(MG) across tasks its mean lies above zero).
+
+DDP: each rank embeds only its round-robin share of the fixed image set and feeds it to a
+:class:`~src.metrics.TaskPriorMoments` (sum-reduced states = an exact gather), whose ``compute`` every rank calls.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import lightning as L
+import torch
+from torch import Tensor, nn
+
+from src.features import FeatureExtractor
+from src.metrics.task_prior import TaskPriorMoments
+from src.taskprior import DEFAULT_BLOCK_SIZE, DEFAULT_EVAL_SCALE, DEFAULT_PRIOR_SCALE
+from src.utils.distributed import Shard, all_reduce_sum
+from src.utils.modes import eval_mode
+
+from .synbench_callback import weights_fingerprint
+
+__all__ = ["TaskPriorCallback", "fixed_images"]
+
+
+def fixed_images(source: str | Tensor, trainer: L.Trainer | None, num_images: int, image_size: int) -> Tensor:
+    """The fixed image set: a tensor as given, ``"val"`` (the first ``num_images`` of the datamodule's
+    ``val_dataset``) or ``"digits"`` (the first ``num_images`` bundled scikit-learn digits at ``image_size``)."""
+    if isinstance(source, Tensor):
+        images = source
+    elif source == "digits":
+        from src.data.digits import load_digits_tensors, upsample_digits
+
+        images = upsample_digits(load_digits_tensors()[0][:num_images], int(image_size)).contiguous()
+    elif source == "val":
+        dm = getattr(trainer, "datamodule", None)
+        dataset = getattr(dm, "val_dataset", None)
+        if dataset is None:
+            raise AttributeError(
+                "TaskPriorCallback(images='val') needs a datamodule with a val_dataset; use images='digits' or pass "
+                "an image tensor"
+            )
+        items = [dataset[i] for i in range(min(int(num_images), len(dataset)))]
+        images = torch.stack([item[0] if isinstance(item, (tuple, list)) else item["image"] for item in items])
+    else:
+        raise ValueError(f"images must be 'val', 'digits' or an (N, 3, H, W) tensor, got {source!r}")
+    if images.dim() != 4 or images.shape[0] < 2:
+        raise ValueError(f"the fixed image set must be (N >= 2, 3, H, W), got {tuple(images.shape)}")
+    return images[: int(num_images)]
+
+
+class TaskPriorCallback(L.Callback):
+    """Args:
+    every_n_epochs: compute at the end of every N-th training epoch (and after the last one).
+    temperature: T of the Task Prior (Thm 2.3).
+    prior_backbone: registry name or ``{name: ..., **opts}`` of the prior (its features are computed once on the
+        fixed images, then the backbone is dropped); or give ``prior_features`` (N, D) for the same images.
+    images: ``"val"`` | ``"digits"`` | an (N, 3, H, W) tensor in [0, 1].
+    num_images: size of the fixed set (memory O(N·D); the moments never hold N × N).
+    image_size: side of the digits images (``images="digits"``).
+    feature_fn: ``(pl_module, x) -> (N, D)``; default ``pl_module.backbone.embed``.
+    eval_scale, prior_scale, block_size: as :func:`src.taskprior.task_prior_moments`.
+    skip_unchanged: do not recompute when the backbone's weights did not change.
+    max_batch: images per forward.
+    prefix: log-name prefix (``val/task_prior``).
+    """
+
+    def __init__(
+        self,
+        every_n_epochs: int = 1,
+        temperature: float = 0.01,
+        prior_backbone: str | Mapping[str, Any] | None = "embedded:efficientnet_lite2",
+        prior_features: Tensor | None = None,
+        images: str | Tensor = "val",
+        num_images: int = 512,
+        image_size: int = 64,
+        feature_fn: Callable[[L.LightningModule, Tensor], Tensor] | None = None,
+        eval_scale: str = DEFAULT_EVAL_SCALE,
+        prior_scale: str = DEFAULT_PRIOR_SCALE,
+        block_size: int = DEFAULT_BLOCK_SIZE,
+        skip_unchanged: bool = True,
+        max_batch: int = 256,
+        prefix: str = "val/task_prior",
+    ) -> None:
+        if every_n_epochs < 1:
+            raise ValueError(f"every_n_epochs must be >= 1, got {every_n_epochs}")
+        if prior_backbone is None and prior_features is None:
+            raise ValueError("give prior_backbone (a registry name) or prior_features (N, D) for the fixed images")
+        if int(num_images) < 2:
+            raise ValueError(f"num_images must be >= 2, got {num_images}")
+        # validate T, scales and block size now rather than at the first epoch end
+        TaskPriorMoments(2, 1, 1, temperature, block_size=block_size, eval_scale=eval_scale, prior_scale=prior_scale)
+        self.every_n_epochs = int(every_n_epochs)
+        self.temperature = float(temperature)
+        self.prior_backbone = prior_backbone
+        self.prior_features = prior_features
+        self.images_source = images
+        self.num_images, self.image_size = int(num_images), int(image_size)
+        self.feature_fn = feature_fn
+        self.eval_scale, self.prior_scale, self.block_size = eval_scale, prior_scale, int(block_size)
+        self.skip_unchanged = skip_unchanged
+        self.max_batch = int(max_batch)
+        self.prefix = prefix.rstrip("/")
+        self._images: Tensor | None = None
+        self._prior_share: Tensor | None = None  # prior features of this rank's share
+        self._fingerprint: str | None = None
+        self.last: dict[str, float] = {}
+        self.history: list[tuple[int, dict[str, float]]] = []
+        self.computations = 0
+
+    # ------------------------------------------------------------------ pieces
+    def _encoder(self, pl_module: L.LightningModule) -> tuple[nn.Module, Callable[[Tensor], Tensor]]:
+        if self.feature_fn is not None:
+            return getattr(pl_module, "backbone", pl_module), lambda x: self.feature_fn(pl_module, x)
+        backbone = getattr(pl_module, "backbone", None)
+        if backbone is None:
+            raise AttributeError(
+                f"{type(pl_module).__name__} has no `backbone` attribute: give TaskPriorCallback(feature_fn=lambda "
+                "module, x: module.encoder(x)) or expose the encoder as `self.backbone`"
+            )
+        return backbone, getattr(backbone, "embed", backbone)
+
+    def _share(self, trainer: L.Trainer) -> Tensor:
+        assert self._images is not None
+        shard = Shard(trainer.global_rank, trainer.world_size)
+        return torch.tensor(list(shard.indices(self._images.shape[0])), dtype=torch.long)
+
+    def _prepare(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if self._images is not None:
+            return
+        self._images = fixed_images(self.images_source, trainer, self.num_images, self.image_size)
+        idx = self._share(trainer)
+        if self.prior_features is not None:
+            if self.prior_features.shape[0] != self._images.shape[0]:
+                raise ValueError(
+                    f"prior_features has {self.prior_features.shape[0]} rows but the fixed image set has "
+                    f"{self._images.shape[0]} images; compute them on the same images in the same order"
+                )
+            self._prior_share = self.prior_features[idx].to(torch.float64)
+            return
+        from src.models.base import build_backbone
+
+        prior = build_backbone(self.prior_backbone).to(pl_module.device).eval()
+        ext = FeatureExtractor(prior.embed, device=pl_module.device, max_batch=self.max_batch)
+        self._prior_share = ext(self._images[idx]).to(torch.float64).cpu() if len(idx) else None
+        if self._prior_share is None:  # this rank owns no image: an empty table of the right width
+            self._prior_share = torch.zeros(0, int(prior.embed_dim), dtype=torch.float64)
+        del prior
+
+    def compute(self, trainer: L.Trainer, pl_module: L.LightningModule) -> dict[str, float]:
+        """E, Var and z of the current backbone; every rank must call it (the metric syncs)."""
+        self._prepare(trainer, pl_module)
+        module, fn = self._encoder(pl_module)
+        idx = self._share(trainer)
+        with eval_mode(module):
+            ext = FeatureExtractor(fn, device=pl_module.device, max_batch=self.max_batch)
+            z = ext(self._images[idx]).to(torch.float64) if len(idx) else None
+        if z is not None and not torch.isfinite(z).all():
+            raise FloatingPointError(
+                f"epoch {trainer.current_epoch}: the backbone produced NaN/inf features on the Task-Prior images"
+            )
+        eval_dim = self._eval_dim(z, trainer)
+        prior = self._prior_share
+        metric = TaskPriorMoments(
+            self._images.shape[0],
+            eval_dim,
+            prior.shape[1],
+            self.temperature,
+            block_size=self.block_size,
+            eval_scale=self.eval_scale,
+            prior_scale=self.prior_scale,
+        ).to(pl_module.device)
+        if z is not None:
+            metric.update(z, prior, idx)
+        out = {k: float(v) for k, v in metric.compute().items()}
+        self.computations += 1
+        return out
+
+    @staticmethod
+    def _eval_dim(z: Tensor | None, trainer: L.Trainer) -> int:
+        """The evaluated feature width, agreed by every rank (a max all-reduce through the sum seam: ranks with no
+        image contribute 0 and the others the same D)."""
+        d = 0 if z is None else int(z.shape[1])
+        counts = all_reduce_sum(torch.tensor([float(d), 1.0 if d else 0.0], dtype=torch.float64))
+        return int(round(float(counts[0]) / max(1.0, float(counts[1]))))
+
+    # ------------------------------------------------------------------ hooks
+    def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        epoch = trainer.current_epoch
+        last_epoch = trainer.max_epochs is not None and epoch + 1 >= trainer.max_epochs
+        if (epoch + 1) % self.every_n_epochs and not last_epoch:
+            return
+        module, _ = self._encoder(pl_module)
+        fp = weights_fingerprint(module) if self.skip_unchanged else None
+        if fp is None or fp != self._fingerprint or not self.last:
+            self.last = self.compute(trainer, pl_module)
+            self._fingerprint = fp
+        self.history.append((epoch, dict(self.last)))
+        for key, value in self.last.items():
+            pl_module.log(f"{self.prefix}/{key}", value, on_step=False, on_epoch=True, sync_dist=False)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"fingerprint": self._fingerprint, "last": dict(self.last)}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self._fingerprint = state_dict.get("fingerprint")
+        self.last = dict(state_dict.get("last", {}))

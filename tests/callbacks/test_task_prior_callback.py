@@ -1,0 +1,118 @@
+"""TaskPriorCallback: logs the closed-form Task-Prior moments of the training backbone, restores its mode."""
+
+from __future__ import annotations
+
+import lightning as L
+import numpy as np
+import pytest
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+from callbacks import TaskPriorCallback
+from src.taskprior import task_prior_moments
+
+U64 = np.finfo(np.float64).eps
+
+
+class TinyBackbone(nn.Module):
+    embed_dim = 6
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3, padding=1)
+        self.bn = nn.BatchNorm2d(4)
+        self.fc = nn.Linear(4, 6)
+
+    def embed(self, x):
+        return self.fc(self.bn(self.conv(x)).relu().mean((2, 3)))
+
+
+class TinyModule(L.LightningModule):
+    def __init__(self) -> None:
+        super().__init__()
+        self.backbone = TinyBackbone()
+        self.head = nn.Linear(6, 2)
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        loss = nn.functional.cross_entropy(self.head(self.backbone.embed(x)), y)
+        self.log("train/loss", loss)
+        return loss
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+def _data(n=16, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.rand(n, 3, 12, 12, generator=g), torch.randint(0, 2, (n,), generator=g)
+
+
+def test_logs_the_closed_form_moments_of_the_trained_backbone() -> None:
+    torch.manual_seed(0)
+    images, _ = _data(20, seed=1)
+    prior = torch.randn(20, 5, generator=torch.Generator().manual_seed(2))
+    cb = TaskPriorCallback(every_n_epochs=1, temperature=0.5, prior_backbone=None, prior_features=prior, images=images)
+    x, y = _data()
+    model = TinyModule()
+    trainer = L.Trainer(
+        max_epochs=2,
+        accelerator="cpu",
+        callbacks=[cb],
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
+    trainer.fit(model, DataLoader(TensorDataset(x, y), batch_size=8))
+    assert [e for e, _ in cb.history] == [0, 1] and cb.computations == 2  # weights change every epoch
+    assert model.backbone.training  # the callback restored train mode
+    with torch.no_grad():
+        z = model.backbone.eval().embed(images)
+    e, v = task_prior_moments(z, prior, 0.5)
+    # the same float64 blocked sums of n² = 400 terms over bit-identical features: only the order of a few block
+    # sums may differ, |Δ| <= n²·u·Σ|terms| <= 400·u·(Σ|M| + ΣM²) <= 400·u·2n (|M_ij| <= 1 after Frobenius scaling)
+    tol = 400 * U64 * 2 * 20
+    assert abs(cb.last["mean"] - e) <= tol * (1 + abs(e)) and abs(cb.last["var"] - v) <= tol * (1 + abs(v))
+    # Lightning stores logged scalars in float32: relative rounding 2^-24 ≈ 6e-8; 1e-6 leaves margin
+    logged = trainer.callback_metrics
+    assert float(logged["val/task_prior/mean"]) == pytest.approx(e, rel=1e-6)
+    assert float(logged["val/task_prior/var"]) == pytest.approx(v, rel=1e-6)
+    assert float(logged["val/task_prior/z"]) == pytest.approx(e / v**0.5, rel=1e-6)
+
+
+def test_skips_unchanged_weights_and_restores_eval_mode() -> None:
+    images, _ = _data(10)
+    prior = torch.randn(10, 3, generator=torch.Generator().manual_seed(0))
+    cb = TaskPriorCallback(temperature=1.0, prior_backbone=None, prior_features=prior, images=images)
+    model = TinyModule()
+    model.backbone.train()
+    running = model.backbone.bn.running_mean.clone()
+
+    class _T:  # the two trainer attributes compute() reads
+        global_rank, world_size, current_epoch = 0, 1, 0
+
+    out = cb.compute(_T(), model)
+    assert set(out) == {"mean", "var", "z"} and np.isfinite(list(out.values())).all()
+    assert model.backbone.training and torch.equal(model.backbone.bn.running_mean, running)  # no BN drift
+
+
+def test_bad_input() -> None:
+    with pytest.raises(ValueError, match="temperature"):
+        TaskPriorCallback(temperature=0.0, prior_features=torch.zeros(4, 2))
+    with pytest.raises(ValueError, match="prior_backbone"):
+        TaskPriorCallback(prior_backbone=None)
+    with pytest.raises(ValueError, match="every_n_epochs"):
+        TaskPriorCallback(every_n_epochs=0)
+    cb = TaskPriorCallback(prior_backbone=None, prior_features=torch.randn(5, 2), images=torch.rand(8, 3, 8, 8))
+
+    class _T:
+        global_rank, world_size, current_epoch = 0, 1, 0
+
+    with pytest.raises(ValueError, match="same images"):
+        cb.compute(_T(), TinyModule())
+    with pytest.raises(ValueError, match="images must be"):
+        TaskPriorCallback(prior_backbone=None, prior_features=torch.randn(5, 2), images="nope").compute(
+            _T(), TinyModule()
+        )
