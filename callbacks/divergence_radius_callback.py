@@ -1,0 +1,228 @@
+"""``DivergenceRadiusCallback``: DivergenceRadius and cosine robustness of ``pl_module.backbone`` every N epochs.
+
+Liu et al., "Robustness of Vision Foundation Models to Common Perturbations" (arXiv:2604.14973), §3.3 and §4: on a
+fixed probe set of images, every perturbation at m equally spaced parameters plus the clean image; per image the
+radius of the minimum enclosing ball of the unit embeddings (R_dr) and (1 − min cos)/2 (R_cs), averaged.
+
+Usable in any Lightning training whose LightningModule exposes ``backbone`` (with ``embed``, or any module mapping
+(N, 3, H, W) images in [0, 1] to (N, D)), or given ``feature_fn=lambda module, x: ...``. The probe set is the first
+``num_images`` images of the data module's validation set (``source="val"``), the bundled offline sample photos
+(``"photos"``), or the former when there is one (``"auto"``); it is resized to ``image_size`` once. Work is split
+in chunks over ranks and reduced through sum-state torchmetrics, so the logged numbers do not depend on the number
+of processes. Logs ``val/divergence_radius/<perturbation>``, ``val/divergence_radius/mean``,
+``val/cosine_robustness/<perturbation>``, ``val/cosine_robustness/mean`` and a bar figure.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import lightning as L
+import torch
+from torch import Tensor, nn
+
+from callbacks.synbench_callback import weights_fingerprint
+from src.metrics.divergence_radius import robustness_metrics
+from src.perturbations import PERTURBATIONS
+from src.robustness.images import bundled_photos
+from src.utils.modes import eval_mode
+
+__all__ = ["DivergenceRadiusCallback", "robustness_figure"]
+
+SOURCES = ("auto", "val", "photos")
+
+
+def robustness_figure(values: dict[str, float], names: Sequence[str], title: str = ""):
+    """Bar chart of R_dr and R_cs per perturbation (the paper's Fig. 4 for one model)."""
+    import matplotlib
+
+    matplotlib.use("Agg", force=False)
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 3.2))
+    x = torch.arange(len(names)).numpy()
+    ax.bar(x - 0.2, [values[f"divergence_radius/{n}"] for n in names], 0.4, label="DivergenceRadius R_dr")
+    ax.bar(x + 0.2, [values[f"cosine_robustness/{n}"] for n in names], 0.4, label="cosine robustness R_cs")
+    ax.set_xticks(x, [n.replace("_", "\n") for n in names], fontsize=7)
+    ax.set_ylabel("mean over probe images (lower = more robust)")
+    ax.set_title(title, fontsize=9)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
+
+class DivergenceRadiusCallback(L.Callback):
+    """Args (defaults equal ``configs/callbacks/divergence_radius.yaml``):
+    every_n_epochs: compute at the end of every N-th training epoch (and after the last one).
+    at_train_start: also compute once before training (logged at step 0).
+    num_images, image_size: the probe set (first images of the validation set, or bundled photos), resized.
+    m, mode: perturbed versions per image and perturbation; "equal" spacing (the paper's) or "random".
+    perturbations: names (default: all nine of Table 8).
+    source: "auto" | "val" | "photos".
+    chunk_size: images per chunk (the unit of work sharded over ranks; random perturbations seeded per chunk).
+    seed: seed of the random perturbations (and of random parameters).
+    feature_fn: ``(pl_module, x) -> (N, D)``; default ``pl_module.backbone.embed`` (or ``backbone(x)``).
+    skip_unchanged: do not recompute while the backbone's weights are unchanged (a frozen probe needs it once).
+    log_figure: add the bar figure to TensorBoard.
+    images: an explicit probe set (N, 3, H, W) in [0, 1] (overrides ``source``).
+    """
+
+    def __init__(
+        self,
+        every_n_epochs: int = 1,
+        at_train_start: bool = False,
+        num_images: int = 32,
+        image_size: int = 64,
+        m: int = 5,
+        mode: str = "equal",
+        perturbations: Sequence[str] | None = None,
+        source: str = "auto",
+        chunk_size: int = 16,
+        seed: int = 0,
+        feature_fn: Callable[[L.LightningModule, Tensor], Tensor] | None = None,
+        skip_unchanged: bool = True,
+        log_figure: bool = True,
+        images: Tensor | None = None,
+    ) -> None:
+        if every_n_epochs < 1:
+            raise ValueError(f"every_n_epochs must be >= 1, got {every_n_epochs}")
+        if num_images < 1 or image_size < 16:
+            raise ValueError(f"need num_images >= 1 and image_size >= 16, got {num_images} and {image_size}")
+        if m < 1:
+            raise ValueError(f"m must be >= 1, got {m}")
+        if mode not in ("equal", "random"):
+            raise ValueError(f"mode must be 'equal' or 'random', got {mode!r}")
+        if source not in SOURCES:
+            raise ValueError(f"source must be one of {SOURCES}, got {source!r}")
+        names = tuple(perturbations) if perturbations is not None else tuple(PERTURBATIONS)
+        unknown = [n for n in names if n not in PERTURBATIONS]
+        if unknown or not names:
+            raise ValueError(f"unknown perturbation(s) {unknown or names}; known: {', '.join(PERTURBATIONS)}")
+        self.every_n_epochs = int(every_n_epochs)
+        self.at_train_start = bool(at_train_start)
+        self.num_images, self.image_size = int(num_images), int(image_size)
+        self.m, self.mode, self.names = int(m), mode, names
+        self.source, self.chunk_size, self.seed = source, int(chunk_size), int(seed)
+        self.feature_fn = feature_fn
+        self.skip_unchanged, self.log_figure = skip_unchanged, log_figure
+        self.images = images
+        self._fingerprint: str | None = None
+        self.last: dict[str, float] = {}
+        self.history: list[tuple[int, dict[str, float]]] = []
+        self.computations = 0
+        self.seconds = 0.0  # wall time spent computing (the callback's share of a run)
+
+    # ------------------------------------------------------------------ pieces
+    def _encoder(self, pl_module: L.LightningModule) -> tuple[nn.Module, Callable[[Tensor], Tensor]]:
+        if self.feature_fn is not None:
+            owner = getattr(pl_module, "backbone", pl_module)
+            return owner, lambda x: self.feature_fn(pl_module, x)
+        backbone = getattr(pl_module, "backbone", None)
+        if backbone is None:
+            raise AttributeError(
+                f"{type(pl_module).__name__} has no `backbone` attribute: give DivergenceRadiusCallback(feature_fn="
+                "lambda module, x: module.encoder(x)) or expose the encoder as `self.backbone`"
+            )
+        return backbone, getattr(backbone, "embed", backbone)
+
+    def _val_images(self, trainer: L.Trainer) -> Tensor | None:
+        dm = getattr(trainer, "datamodule", None)
+        if dm is None or not hasattr(dm, "val_dataloader"):
+            return None
+        try:
+            dataset = dm.val_dataloader().dataset
+            n = min(self.num_images, len(dataset))
+        except Exception:  # a data module without a validation split
+            return None
+        if n == 0:
+            return None
+        xs = [dataset[i][0] for i in range(n)]
+        return torch.stack([torch.as_tensor(x) for x in xs]).float()
+
+    def probe_images(self, trainer: L.Trainer) -> Tensor:
+        """The fixed probe set (built once, identical on every rank)."""
+        if self.images is None:
+            x = self._val_images(trainer) if self.source in ("auto", "val") else None
+            if x is None and self.source == "val":
+                raise ValueError(
+                    "DivergenceRadiusCallback(source='val'): the data module has no validation images; "
+                    "use source='auto' or 'photos', or pass images="
+                )
+            if x is None:
+                x = bundled_photos(self.num_images, self.image_size, seed=self.seed)
+            if x.dim() != 4 or x.shape[1] not in (1, 3):
+                raise ValueError(f"probe images must be (N, 1 or 3, H, W), got {tuple(x.shape)}")
+            if x.shape[1] == 1:
+                x = x.expand(-1, 3, -1, -1)
+            if tuple(x.shape[-2:]) != (self.image_size, self.image_size):
+                x = nn.functional.interpolate(x, size=(self.image_size,) * 2, mode="bilinear", antialias=True)
+            self.images = x.clamp(0.0, 1.0).contiguous()
+        return self.images
+
+    def compute(self, trainer: L.Trainer, pl_module: L.LightningModule) -> dict[str, float]:
+        """Run the sweep on this rank's chunks; every rank must call it (the metrics all-reduce)."""
+        module, fn = self._encoder(pl_module)
+        images = self.probe_images(trainer)
+        start = time.perf_counter()
+        with eval_mode(module):
+            out = robustness_metrics(
+                images,
+                fn,
+                perturbations=self.names,
+                m=self.m,
+                mode=self.mode,
+                seed=self.seed,
+                chunk_size=self.chunk_size,
+                rank=trainer.global_rank,
+                world_size=trainer.world_size,
+                device=pl_module.device,
+            )
+        self.seconds += time.perf_counter() - start
+        self.computations += 1
+        return out
+
+    def _refresh(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        module, _ = self._encoder(pl_module)
+        fp = weights_fingerprint(module) if self.skip_unchanged else None
+        if fp is None or fp != self._fingerprint or not self.last:
+            self.last = self.compute(trainer, pl_module)
+            self._fingerprint = fp
+            self._log_figure(trainer)
+
+    # ------------------------------------------------------------------ hooks
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if not self.at_train_start:
+            return
+        self._refresh(trainer, pl_module)
+        self.history.append((-1, dict(self.last)))
+        if trainer.global_rank == 0:  # self.log is not allowed in on_train_start: write to the loggers directly
+            for lg in trainer.loggers:
+                lg.log_metrics({f"val/{k}": v for k, v in self.last.items()}, step=trainer.global_step)
+
+    def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        epoch = trainer.current_epoch
+        last_epoch = trainer.max_epochs is not None and epoch + 1 >= trainer.max_epochs
+        if (epoch + 1) % self.every_n_epochs and not last_epoch:
+            return
+        self._refresh(trainer, pl_module)
+        self.history.append((epoch, dict(self.last)))
+        for key, value in self.last.items():
+            pl_module.log(f"val/{key}", value, on_step=False, on_epoch=True, sync_dist=False)
+
+    def _log_figure(self, trainer: L.Trainer) -> None:
+        if not self.log_figure or trainer.global_rank != 0:
+            return
+        for lg in trainer.loggers:
+            experiment = getattr(lg, "experiment", None)
+            if hasattr(experiment, "add_figure"):
+                fig = robustness_figure(self.last, self.names, title=f"epoch {trainer.current_epoch}")
+                experiment.add_figure("val/divergence_radius/bars", fig, global_step=trainer.global_step, close=True)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"fingerprint": self._fingerprint, "last": dict(self.last)}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self._fingerprint = state_dict.get("fingerprint")
+        self.last = dict(state_dict.get("last", {}))
