@@ -3,7 +3,8 @@
     python -m benchmarks.engine                      # all parts
     python -m benchmarks.engine --part forward [--compile] [--autocast bf16]
     python -m benchmarks.engine --part allocator [--pairs 3]
-    python -m benchmarks.engine --part synbench [--pairs 2] [--seeds 12 13]
+    python -m benchmarks.engine --part synbench [--pairs 2]
+    python -m benchmarks.engine --part scores [--seeds 12 13]
 
 forward    in one process, interleaved repeats: the naive path (eager, NCHW, batch 256, inference mode: what
            SynBench's forwards were) against FeatureExtractor variants (default, NCHW, batch 64/128/512, optionally
@@ -220,7 +221,6 @@ def _cli_argv(out: str, extra: list[str]) -> list[str]:
 
 
 def part_synbench(args) -> None:
-    import torch
 
     n_images = len(S_VALUES) * (2048 + 2048)
     print(
@@ -249,14 +249,19 @@ def part_synbench(args) -> None:
         f"{ratio_timed:.2f}x (whole CLI process vs the bare forwards alone); load after {loadavg()}"
     )
 
+
+def part_scores(args) -> None:
+    import torch
+
     from src.features import FeatureExtractor
     from src.synbench import SynBenchConfig, synbench
 
+    n_images = len(S_VALUES) * (2048 + 2048)
     state, bb = _setup(args.threads)
     cfg = lambda seed: SynBenchConfig(  # noqa: E731
         s_values=tuple(S_VALUES), n_train=2048, n_test=2048, eps=tuple(EPS), seed=seed
     )
-    print(f"synbench (b): in one process, allocator {'kept' if state.applied else 'default'}; load {loadavg()}")
+    print(f"scores: in one process, allocator {'kept' if state.applied else 'default'}; load {loadavg()}")
     results = {}
     for seed in args.seeds:
         results[("engine", seed)] = synbench(bb.embed, input_shape=(3, 64, 64), config=cfg(seed))
@@ -284,7 +289,7 @@ def part_synbench(args) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--part", choices=["all", "forward", "allocator", "synbench", "worker"], default="all")
+    ap.add_argument("--part", choices=["all", "forward", "allocator", "synbench", "scores", "worker"], default="all")
     ap.add_argument("--n", type=int, default=None, help="images per measurement (forward 1024, allocator 2048)")
     ap.add_argument("--image-size", type=int, default=64)
     ap.add_argument("--threads", type=int, default=min(2, os.cpu_count() or 1))
@@ -299,11 +304,17 @@ def main() -> None:
     if args.part == "worker":
         args.n = args.n or 2048
         return _worker(args)
-    parts = ["forward", "allocator", "synbench"] if args.part == "all" else [args.part]
+    parts = ["forward", "allocator", "synbench", "scores"] if args.part == "all" else [args.part]
     n = args.n
     for part in parts:
         args.n = n or (1024 if part == "forward" else 2048)
-        {"forward": part_forward, "allocator": part_allocator, "synbench": part_synbench}[part](args)
+        runner = {
+            "forward": part_forward,
+            "allocator": part_allocator,
+            "synbench": part_synbench,
+            "scores": part_scores,
+        }
+        runner[part](args)
         print()
 
 
