@@ -2,13 +2,17 @@
 (``src.utils.checkpoint.register_module``), so ``load_module`` / ``python -m src.eval`` can rebuild it."""
 
 from .base import RepBenchModule, backbone_spec, build_backbone, unpack_batch
+from .robust_finetune import PerturbationRobustFineTune
 from .robust_probe import RobustLinearProbe
 from .supervised import SupervisedPretraining
+from .task_prior_probe import TaskPriorProbe
 
 __all__ = [
+    "PerturbationRobustFineTune",
     "RepBenchModule",
     "RobustLinearProbe",
     "SupervisedPretraining",
+    "TaskPriorProbe",
     "backbone_spec",
     "build_backbone",
     "unpack_batch",

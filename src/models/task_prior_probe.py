@@ -1,0 +1,284 @@
+"""``TaskPriorProbe``: linear probes of a frozen backbone on many tasks sampled from a Task Prior, trained at once.
+
+Task Priors (Patel & Balestriero, arXiv:2507.09871), App. D.1 / Fig. 5: draw labelings of a data set from the Task
+Prior μ^q_K of a prior backbone's centred cosine kernel K (prefix sampler, Algorithm 1), train a linear probe of the
+evaluated backbone on every task, and compare the mean and variance of held-out accuracy across tasks with the
+closed-form E[Tr(MG)] and Var[Tr(MG)] of Thm 2.3 (M: the evaluated backbone's kernel).
+
+How it runs in a Lightning fit with a RepBench data module (batches ``(x, y, index)``, ``index`` the position in
+its split): in ``setup`` the module reads every image of the train and val splits once, computes the evaluated and
+the prior backbone's features through :class:`~src.features.FeatureExtractor` (the prior backbone is dropped
+afterwards), samples ``num_tasks`` labelings of all train + val images with a seeded generator, and computes E and
+Var. Training steps then look features and task labels up by ``index`` (the images in the batch are not used again)
+and update one batched head (weight (num_tasks, q, D)); the data module's labels are ignored. Its train/val split
+is the fixed, seeded train/test split of every task. Validation logs ``val/task_prior/acc_mean``, ``acc_var``,
+``acc_std``, ``acc_q10/50/90`` beside ``val/task_prior/mean``, ``var`` and ``z`` = E/√Var.
+
+Under DDP every rank computes the (cheap, cached) features and the same labels; the moments are split by row
+blocks over the ranks and all-reduced, and the accuracies are sum-reduced counts (:class:`TaskAccuracies`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import warnings
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+from torch.utils.data import DataLoader, Dataset, Subset
+
+from src.backbones import Backbone
+from src.features import FeatureExtractor
+from src.metrics.task_prior import TaskAccuracies
+from src.taskprior import (
+    DEFAULT_EVAL_SCALE,
+    DEFAULT_PRIOR_SCALE,
+    DEFAULT_SAMPLER_SCALE,
+    sample_task_labels,
+    task_prior_moments,
+)
+from src.taskprior.probing import DEFAULT_QUANTILES, BatchedLinearHead, Standardizer, task_probe_loss
+from src.utils.checkpoint import register_module
+from src.utils.distributed import process_seams
+from src.utils.modes import eval_mode
+
+from .base import RepBenchModule, build_backbone, unpack_batch
+
+__all__ = ["TaskPriorProbe", "dataset_features"]
+
+warnings.filterwarnings("ignore", message=r".*module\(s\) in eval mode at the start of training.*")
+
+
+def dataset_features(dataset: Dataset, extractor: FeatureExtractor, batch_size: int = 256) -> Tensor:
+    """Features of every item of ``dataset`` in index order: (len(dataset), D) float32 on the CPU."""
+    loader = DataLoader(dataset, batch_size=batch_size, shuffle=False, num_workers=0)
+    out = []
+    for batch in loader:
+        x, _, _ = unpack_batch(batch)
+        z = extractor(x).float().cpu()
+        if not torch.isfinite(z).all():
+            raise FloatingPointError("the backbone produced NaN/inf features on the data set; check its weights")
+        out.append(z)
+    if not out:
+        raise ValueError("the data set is empty: no images to compute Task-Prior features on")
+    return torch.cat(out)
+
+
+@register_module
+class TaskPriorProbe(RepBenchModule):
+    """Args:
+    backbone: the evaluated (frozen) backbone: a :class:`Backbone`, a registry name or ``{name: ..., **opts}``.
+    prior_backbone: the backbone whose kernel K defines the Task Prior (built once in ``setup``, then dropped).
+    num_tasks: labelings sampled (probes trained at once).
+    task_classes: q, classes per sampled labeling (>= 2).
+    sample_temperature: T of the prefix sampler (Algorithm 1) on K scaled by ``sampler_scale``.
+    temperature: T of the closed-form moments (Thm 2.3).
+    order: ``"sequential"`` (paper) or ``"random"`` (authors' code) visiting order of the sampler.
+    eval_scale, prior_scale: kernel scales of the moments (``"frobenius"`` | ``"none"``).
+    sampler_scale: kernel scale of the sampler.
+    block_size: row-block size of the moments.
+    standardize: z-score features with the training split's statistics before the heads.
+    max_batch: images per backbone forward when computing features.
+    max_samples: use only the first ``max_samples`` images of each split (a CPU budget; batch rows beyond are
+        skipped); None: all.
+    results_file: write a JSON row (backbone, E, Var, accuracy summary, per-task accuracies) here at fit end.
+    seed: labelings and head initialisation.
+    """
+
+    def __init__(
+        self,
+        backbone: Backbone | str | Mapping[str, Any] = "embedded:efficientnet_lite0",
+        prior_backbone: Backbone | str | Mapping[str, Any] = "embedded:efficientnet_lite2",
+        num_tasks: int = 64,
+        task_classes: int = 2,
+        sample_temperature: float = 0.1,
+        temperature: float = 0.01,
+        order: str = "sequential",
+        eval_scale: str = DEFAULT_EVAL_SCALE,
+        prior_scale: str = DEFAULT_PRIOR_SCALE,
+        sampler_scale: str = DEFAULT_SAMPLER_SCALE,
+        block_size: int = 1024,
+        standardize: bool = True,
+        lr: float = 1e-2,
+        weight_decay: float = 0.0,
+        optimizer: str = "adam",
+        scheduler: str | None = None,
+        quantiles: Sequence[float] = DEFAULT_QUANTILES,
+        max_batch: int = 256,
+        max_samples: int | None = None,
+        results_file: str | None = None,
+        seed: int = 0,
+    ) -> None:
+        if isinstance(prior_backbone, Backbone):
+            prior_backbone = getattr(prior_backbone, "spec", None) or prior_backbone.name
+        super().__init__(backbone)
+        if int(num_tasks) < 1:
+            raise ValueError(f"num_tasks must be >= 1, got {num_tasks}")
+        if int(task_classes) < 2:
+            raise ValueError(f"task_classes must be >= 2 (q-class labelings), got {task_classes}")
+        for name, t in (("sample_temperature", sample_temperature), ("temperature", temperature)):
+            if not (math.isfinite(float(t)) and float(t) > 0):
+                raise ValueError(f"{name} must be a finite number > 0, got {t}")
+        if order not in ("sequential", "random"):
+            raise ValueError(f"order must be 'sequential' or 'random', got {order!r}")
+        self.backbone.requires_grad_(False).eval()
+        self.head = BatchedLinearHead(
+            int(num_tasks), int(task_classes), self.backbone.embed_dim, generator=torch.Generator().manual_seed(seed)
+        )
+        self.val_tasks = TaskAccuracies(int(num_tasks), quantiles)
+        self._prior_spec = prior_backbone
+        self._ready = False
+        self.moments: dict[str, float] = {}
+        self.last_accuracies: Tensor | None = None
+
+    # ------------------------------------------------------------------ frozen backbone
+    def train(self, mode: bool = True) -> TaskPriorProbe:
+        super().train(mode)
+        self.backbone.eval()  # frozen means frozen
+        return self
+
+    def trainable_parameters(self):
+        return list(self.head.parameters())
+
+    # ------------------------------------------------------------------ data, features, tasks
+    def _splits(self) -> tuple[Dataset, Dataset]:
+        dm = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
+        if dm is None:
+            raise RuntimeError("TaskPriorProbe needs a LightningDataModule: trainer.fit(model, datamodule=dm)")
+        dm.setup("fit")
+        train, val = getattr(dm, "train_dataset", None), getattr(dm, "val_dataset", None)
+        if train is None or val is None:
+            raise AttributeError(
+                f"{type(dm).__name__} must expose train_dataset and val_dataset (the fixed train/test split of "
+                "every sampled task), with batches (x, y, index)"
+            )
+        return train, val
+
+    def prepare_tasks(
+        self, train_eval: Tensor, val_eval: Tensor, train_prior: Tensor, val_prior: Tensor
+    ) -> dict[str, float]:
+        """Sample the labelings of train + val, standardize features and compute E, Var (every rank, same values)."""
+        hp = self.hparams
+        n_train = train_eval.shape[0]
+        eval_all, prior_all = torch.cat([train_eval, val_eval]), torch.cat([train_prior, val_prior])
+        if eval_all.shape[0] != prior_all.shape[0]:
+            raise ValueError(f"{eval_all.shape[0]} evaluated but {prior_all.shape[0]} prior feature rows")
+        labels = sample_task_labels(
+            prior_all,
+            int(hp.task_classes),
+            float(hp.sample_temperature),
+            int(hp.num_tasks),
+            generator=torch.Generator().manual_seed(int(hp.seed)),
+            order=hp.order,
+            scale=hp.sampler_scale,
+        )
+        shard, reduce = process_seams()
+        mean, var = task_prior_moments(
+            eval_all,
+            prior_all,
+            float(hp.temperature),
+            block_size=int(hp.block_size),
+            eval_scale=hp.eval_scale,
+            prior_scale=hp.prior_scale,
+            shard=shard,
+            reduce=reduce,
+        )
+        self._eval_all, self._prior_all = eval_all, prior_all  # (n, D) CPU features, kept for inspection
+        st = Standardizer.fit(train_eval) if hp.standardize else None
+        dev = self.device
+        self._train_x = (st(train_eval) if st else train_eval).to(dev)
+        self._val_x = (st(val_eval) if st else val_eval).to(dev)
+        self._train_y, self._val_y = labels[:, :n_train].to(dev), labels[:, n_train:].to(dev)
+        self.moments = {"mean": mean, "var": var, "z": mean / math.sqrt(var) if var > 0 else math.inf}
+        self._ready = True
+        return self.moments
+
+    def setup(self, stage: str) -> None:
+        if self._ready or stage not in ("fit", "validate"):
+            return
+        train, val = self._splits()
+        hp = self.hparams
+        if hp.max_samples is not None:
+            train = Subset(train, range(min(len(train), int(hp.max_samples))))
+            val = Subset(val, range(min(len(val), int(hp.max_samples))))
+        with eval_mode(self.backbone):
+            ext = FeatureExtractor(self.backbone.embed, device=self.device, max_batch=int(hp.max_batch))
+            train_eval, val_eval = dataset_features(train, ext, hp.max_batch), dataset_features(val, ext, hp.max_batch)
+        prior = build_backbone(self._prior_spec).to(self.device).eval()
+        ext = FeatureExtractor(prior.embed, device=self.device, max_batch=int(hp.max_batch))
+        train_prior, val_prior = dataset_features(train, ext, hp.max_batch), dataset_features(val, ext, hp.max_batch)
+        del prior, ext
+        self.prepare_tasks(train_eval, val_eval, train_prior, val_prior)
+
+    def on_fit_start(self) -> None:
+        self.val_tasks.reset()  # states created in __init__ are shared between ddp_spawn workers until reset
+        self.backbone.eval()
+        for name in ("_train_x", "_val_x", "_train_y", "_val_y"):
+            setattr(self, name, getattr(self, name).to(self.device))
+
+    # ------------------------------------------------------------------ steps
+    def _lookup(self, batch: Any, x: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
+        _, _, index = unpack_batch(batch)
+        if index is None:
+            raise ValueError(
+                "TaskPriorProbe needs batches (x, y, index) with index the position in the split "
+                "(wrap the dataset in src.data.common.IndexedDataset)"
+            )
+        index = index.to(x.device)
+        if self.hparams.max_samples is not None:
+            index = index[index < x.shape[0]]
+        elif index.numel() and int(index.max()) >= x.shape[0]:
+            raise IndexError(f"batch index {int(index.max())} outside the split of {x.shape[0]} images")
+        return x[index], y[:, index]
+
+    def training_step(self, batch: Any, batch_idx: int) -> Tensor:
+        feats, labels = self._lookup(batch, self._train_x, self._train_y)
+        loss = task_probe_loss(self.head(feats), labels)
+        if not torch.isfinite(loss):
+            raise FloatingPointError(f"non-finite probe loss at step {self.global_step}; lower model.lr")
+        self.log("train/loss", loss, prog_bar=True, on_step=True, on_epoch=False, batch_size=max(1, labels.shape[1]))
+        return loss
+
+    def validation_step(self, batch: Any, batch_idx: int) -> None:
+        feats, labels = self._lookup(batch, self._val_x, self._val_y)
+        self.val_tasks.update(self.head(feats), labels)
+
+    def on_validation_epoch_end(self) -> None:
+        out = {f"val/task_prior/{k}": float(v) for k, v in self.val_tasks.compute().items()}
+        self.last_accuracies = self.val_tasks.accuracies().detach().cpu()  # synced inside compute() only
+        out.update({f"val/task_prior/{k}": v for k, v in self.moments.items()})
+        self.log_dict(out, sync_dist=False)  # identical on every rank (synced counts, reduced moments)
+        self.val_tasks.reset()
+
+    def on_fit_end(self) -> None:
+        path = self.hparams.results_file
+        if not path or self.global_rank != 0 or self._trainer is None:
+            return
+        row = self.results_row()
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        Path(path).write_text(json.dumps(row, indent=1))
+
+    def results_row(self) -> dict[str, Any]:
+        """One row of the per-backbone table: spec, E, Var, z, accuracy summary and per-task accuracies."""
+        metrics = {
+            k.rsplit("/", 1)[-1]: float(v)
+            for k, v in self.trainer.callback_metrics.items()
+            if k.startswith("val/task_prior/")
+        }
+        hp = self.hparams
+        spec = hp.backbone if isinstance(hp.backbone, str) else hp.backbone.get("name")
+        prior = self._prior_spec if isinstance(self._prior_spec, str) else dict(self._prior_spec).get("name")
+        return {
+            "backbone": spec,
+            "prior_backbone": prior,
+            "num_tasks": int(hp.num_tasks),
+            "task_classes": int(hp.task_classes),
+            "sample_temperature": float(hp.sample_temperature),
+            "temperature": float(hp.temperature),
+            **metrics,
+            "accuracies": [] if self.last_accuracies is None else self.last_accuracies.tolist(),
+        }
