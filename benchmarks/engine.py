@@ -11,11 +11,11 @@ forward    in one process, interleaved repeats: the naive path (eager, NCHW, bat
            torch.compile and autocast). Ratio = paired per-repeat time ratio (median), feature error vs naive.
 allocator  whole-process runs alternating REPBENCH_MALLOC=default / keep (subprocesses): wall time and the
            user/sys split of CPU time (resource.getrusage) of the same forward work.
-synbench   (a) the issue's done-when, whole processes alternating: `python -m src.synbench` with the official
+synbench   the issue's done-when, whole processes alternating: `python -m src.synbench` with the official
            settings (lite0, 64 px, seed 12, 2048 + 2048 samples, eps {0, 0.2, 0.4}, 5 s values) against the bare
-           eager NCHW batch-256 forwards of the same images (20480) with glibc's default malloc;
-           (b) in one process: synbench() total vs the engine's bare forwards of the same count (overhead), and
-           scores against a naive-forward run at the same seed and against other seeds (Monte Carlo spread).
+           eager NCHW batch-256 forwards of the same number of images (20480) with glibc's default malloc.
+scores     in one process: synbench() total vs the engine's bare forwards of the same count (overhead), and
+           scores against an NCHW-forward run at the same seed and against other seeds (Monte Carlo spread).
 The machine may be shared: /proc/loadavg is printed with every part; prefer the ratios to absolute times.
 """
 
@@ -224,7 +224,7 @@ def part_synbench(args) -> None:
 
     n_images = len(S_VALUES) * (2048 + 2048)
     print(
-        f"synbench (a): `python -m src.synbench` (lite0, 64 px, seed 12, 2048 + 2048, eps {EPS}, {len(S_VALUES)} s "
+        f"synbench: `python -m src.synbench` (lite0, 64 px, seed 12, 2048 + 2048, eps {EPS}, {len(S_VALUES)} s "
         f"values) vs bare eager NCHW b256 forwards of {n_images} images with glibc's default malloc; whole processes "
         f"alternating, {args.pairs} pairs; load before {loadavg()}"
     )
