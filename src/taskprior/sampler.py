@@ -23,6 +23,8 @@ import warnings
 
 import torch
 
+from src.utils.threads import torch_threads
+
 from .kernels import CenteredCosine
 from .validation import SCALES, check_temperature
 
@@ -113,20 +115,22 @@ def sample_task_labels(
     labels = torch.empty(k, n, dtype=torch.long, device=device)
     tasks = torch.arange(k, device=device)
     rows = tasks * q
-    for step in range(n):
-        if perm is None:
-            h = (prefix @ zs[step]).view(k, q)
-            zi = z[step].expand(k, r)
-        else:
-            idx = perm[:, step]
-            zi = z[idx]  # (k, r)
-            h = torch.bmm(prefix.view(k, q, r), zs[idx].unsqueeze(-1)).view(k, q)
-        c = torch.argmax(h + gumbel[:, step], dim=1)
-        if perm is None:
-            labels[:, step] = c
-        else:
-            labels[tasks, idx] = c
-        prefix.index_add_(0, rows + c, zi)
+    # per-step ops are tiny: one intra-op thread (multithreaded small ops collapse on loaded CPUs, see torch_threads)
+    with torch_threads(1):
+        for step in range(n):
+            if perm is None:
+                h = (prefix @ zs[step]).view(k, q)
+                zi = z[step].expand(k, r)
+            else:
+                idx = perm[:, step]
+                zi = z[idx]  # (k, r)
+                h = torch.bmm(prefix.view(k, q, r), zs[idx].unsqueeze(-1)).view(k, q)
+            c = torch.argmax(h + gumbel[:, step], dim=1)
+            if perm is None:
+                labels[:, step] = c
+            else:
+                labels[tasks, idx] = c
+            prefix.index_add_(0, rows + c, zi)
     return labels
 
 

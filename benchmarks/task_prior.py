@@ -1,0 +1,212 @@
+"""Task Prior benchmark: time and peak memory of the closed-form moments; sampler throughput.
+
+    python -m benchmarks.task_prior                    # n = 8192 (tiled vs dense), n = 100,000 (tiled, one shard)
+    python -m benchmarks.task_prior --quick            # n = 2048 and n = 20,000: a few minutes
+    python -m benchmarks.task_prior --full-large       # n = 100,000 all row blocks (hours on 2 CPU cores)
+
+(a) Moments. Each case runs in a fresh subprocess, which reports its wall time and its extra peak memory: the
+kernel-tracked peak resident set size (``ru_maxrss``) at the end minus the value right after the input features
+(float32, n × D, eval and prior) were created — the memory the computation adds on top of its inputs. Cases:
+``tiled`` = ``task_prior_moments`` (row/column tiles, float64, never n × n); ``dense`` = the authors' formulation
+(both n × n kernels in float64, σ over the full matrix) where it fits. Tiled and dense alternate ``--repeats``
+times; the minimum time of each and their ratio are printed. At n = 100,000 the default runs one round-robin shard
+(``Shard(0, S)``: row block 0 against every column block, exactly what one of S ranks does) and extrapolates the
+total time from its share of the tiles; memory does not depend on how many tiles run (one tile at a time).
+(b) Sampler. In this process, interleaved: ``sample_task_labels`` (vectorised over tasks, Gumbel-max prefix sums)
+vs a naive numpy loop like the authors' (one labeling at a time, ``rng.choice`` per point); labelings per second
+and their ratio.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # `python benchmarks/task_prior.py` from anywhere
+    sys.path.insert(0, str(ROOT))
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+from src.taskprior import (  # noqa: E402
+    centered_cosine_kernel,
+    kernel_scale,
+    kernel_source,
+    prior_factor,
+    sample_task_labels,
+    sharded_moment_sums,
+)
+from src.utils.distributed import Shard  # noqa: E402
+
+TEMPERATURE = 0.01
+
+
+def _rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # Linux: KiB
+
+
+def make_features(n: int, dim: int, seed: int) -> torch.Tensor:
+    """float32 (n, dim): 10 clusters plus noise (a rough stand-in for pooled backbone features, non-negative)."""
+    g = torch.Generator().manual_seed(seed)
+    centers = torch.rand(10, dim, generator=g)
+    x = torch.empty(n, dim)
+    for start in range(0, n, 8192):
+        stop = min(start + 8192, n)
+        idx = torch.randint(0, 10, (stop - start,), generator=g)
+        x[start:stop] = centers[idx] + 0.5 * torch.rand(stop - start, dim, generator=g)
+    return x
+
+
+def dense_moments(xe: torch.Tensor, xp: torch.Tensor, t: float) -> tuple[float, float]:
+    """The n × n formulation (float64): M/‖M‖_F and raw K materialised, σ over the whole matrix."""
+    m = centered_cosine_kernel(xe, frobenius=True)
+    k = centered_cosine_kernel(xp)
+    p = torch.sigmoid(k / t)
+    return float((m * p).sum()), float((m.square() * p * (1 - p)).sum())
+
+
+def run_case(args: argparse.Namespace) -> dict:
+    """One measurement inside a fresh process."""
+    torch.set_num_threads(args.threads)
+    xe, xp = make_features(args.n, args.dim, 0), make_features(args.n, args.dim, 1)
+    base = _rss_mb()
+    t0 = time.perf_counter()
+    out: dict = {"impl": args.impl, "n": args.n, "dim": args.dim}
+    if args.impl == "dense":
+        e, v = dense_moments(xe, xp, TEMPERATURE)
+        out["seconds"] = time.perf_counter() - t0
+    else:
+        msrc, ksrc = kernel_source(xe, None, "eval"), kernel_source(xp, None, "prior")
+        en = kernel_scale(msrc, "frobenius", "eval_scale")
+        setup = time.perf_counter() - t0
+        nb = math.ceil(args.n / args.block)
+        shard = Shard(0, args.shards)
+        sums = sharded_moment_sums(msrc, ksrc, TEMPERATURE, shard=shard, block_size=args.block, eval_norm=en)
+        loop = time.perf_counter() - t0 - setup
+        tiles_done = sum(nb - b for b in shard.indices(nb))
+        tiles_total = nb * (nb + 1) // 2
+        e, v = float(sums[0]), float(sums[1])
+        out.update(
+            seconds=setup + loop * tiles_total / tiles_done,
+            setup_seconds=setup,
+            loop_seconds=loop,
+            tiles_done=tiles_done,
+            tiles_total=tiles_total,
+            extrapolated=tiles_done < tiles_total,
+        )
+    out.update(mean=e, var=v, extra_peak_mb=_rss_mb() - base, inputs_mb=2 * xe.numel() * 4 / 2**20)
+    return out
+
+
+def spawn(n: int, dim: int, impl: str, block: int, shards: int, threads: int) -> dict:
+    cmd = [sys.executable, "-m", "benchmarks.task_prior", "--case", impl, "--n", str(n), "--dim", str(dim)]
+    cmd += ["--block", str(block), "--shards", str(shards), "--threads", str(threads)]
+    res = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, check=False)
+    if res.returncode != 0:
+        raise RuntimeError(f"case {impl} n={n} failed:\n{res.stderr[-3000:]}")
+    return json.loads(res.stdout.strip().splitlines()[-1])
+
+
+def bench_moments(n: int, dim: int, block: int, repeats: int, dense: bool, shards: int, threads: int) -> None:
+    runs: dict[str, list[dict]] = {"tiled": [], "dense": []}
+    for _ in range(repeats):
+        runs["tiled"].append(spawn(n, dim, "tiled", block, shards, threads))
+        if dense:
+            runs["dense"].append(spawn(n, dim, "dense", block, 1, threads))
+    tiled = min(runs["tiled"], key=lambda r: r["seconds"])
+    note = f" (extrapolated from {tiled['tiles_done']}/{tiled['tiles_total']} tiles)" if tiled["extrapolated"] else ""
+    print(
+        f"n={n:>7} D={dim} tiled (block {block}): {tiled['seconds']:9.1f} s{note}, "
+        f"setup {tiled['setup_seconds']:.1f} s, extra peak {tiled['extra_peak_mb']:8.1f} MB "
+        f"(inputs {tiled['inputs_mb']:.0f} MB); E={tiled['mean']:.6g} Var={tiled['var']:.6g}",
+        flush=True,
+    )
+    if dense:
+        d = min(runs["dense"], key=lambda r: r["seconds"])
+        print(
+            f"n={n:>7} D={dim} dense n×n       : {d['seconds']:9.1f} s, extra peak {d['extra_peak_mb']:8.1f} MB; "
+            f"E={d['mean']:.6g} Var={d['var']:.6g}",
+            flush=True,
+        )
+        print(
+            f"  ratio tiled/dense: time {tiled['seconds'] / d['seconds']:.2f}, "
+            f"extra peak memory {tiled['extra_peak_mb'] / d['extra_peak_mb']:.3f}; "
+            f"|ΔE| = {abs(tiled['mean'] - d['mean']):.2e}, |ΔVar| = {abs(tiled['var'] - d['var']):.2e}",
+            flush=True,
+        )
+
+
+def numpy_prefix_sampler(z: np.ndarray, q: int, t: float, rng: np.random.Generator) -> np.ndarray:
+    """The naive loop (one labeling, one point at a time, ``rng.choice`` per point), like the authors' code."""
+    n, r = z.shape
+    u = np.zeros((r, q))
+    labels = np.empty(n, dtype=np.int64)
+    for i in rng.permutation(n):
+        h = (z[i] @ u) / t
+        h -= h.max()
+        p = np.exp(h)
+        p /= p.sum()
+        c = rng.choice(q, p=p)
+        labels[i] = c
+        u[:, c] += z[i]
+    return labels
+
+
+def bench_sampler(n: int, dim: int, q: int, tasks: int, repeats: int, threads: int) -> None:
+    torch.set_num_threads(threads)
+    z = prior_factor(make_features(n, dim, 2))
+    zn = z.numpy()
+    rng = np.random.default_rng(0)
+    g = torch.Generator().manual_seed(0)
+    ours, naive = [], []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        sample_task_labels(None, q, TEMPERATURE, tasks, generator=g, factor=z, order="random")
+        ours.append(tasks / (time.perf_counter() - t0))
+        t0 = time.perf_counter()
+        numpy_prefix_sampler(zn, q, TEMPERATURE, rng)
+        naive.append(1 / (time.perf_counter() - t0))
+    print(
+        f"sampler n={n} D={dim} q={q}: vectorised ({tasks} tasks/call) {max(ours):.2f} labelings/s, "
+        f"numpy loop {max(naive):.3f} labelings/s, ratio {max(ours) / max(naive):.1f}x",
+        flush=True,
+    )
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--case", choices=["tiled", "dense"], help="internal: run one case and print JSON")
+    ap.add_argument("--n", type=int, default=8192)
+    ap.add_argument("--dim", type=int, default=1280)
+    ap.add_argument("--block", type=int, default=1024)
+    ap.add_argument("--shards", type=int, default=1)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--quick", action="store_true", help="n = 2048 and 20,000 instead of 8192 and 100,000")
+    ap.add_argument("--full-large", action="store_true", help="run every tile at the large n (no extrapolation)")
+    ap.add_argument("--skip-sampler", action="store_true")
+    ap.add_argument("--skip-moments", action="store_true")
+    args = ap.parse_args()
+    if args.case:
+        args.impl = args.case
+        print(json.dumps(run_case(args)))
+        return
+    small, large = (2048, 20_000) if args.quick else (8192, 100_000)
+    print(f"torch {torch.__version__}, {args.threads} threads, T = {TEMPERATURE}", flush=True)
+    if not args.skip_moments:
+        bench_moments(small, args.dim, args.block, args.repeats, True, 1, args.threads)
+        shards = 1 if args.full_large else math.ceil(large / args.block)  # one row block when extrapolating
+        bench_moments(large, args.dim, args.block, 1, False, shards, args.threads)
+    if not args.skip_sampler:
+        bench_sampler(2048 if not args.quick else 512, args.dim, 2, 64, args.repeats, args.threads)
+
+
+if __name__ == "__main__":
+    main()
