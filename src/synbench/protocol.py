@@ -90,6 +90,7 @@ def make_extract(
     else:
         opts = {k: v for k, v in dict(extractor or {}).items() if v is not None}
         opts.setdefault("max_batch", batch_size)
+        opts.setdefault("output_dtype", None)  # keep the forward's dtype: float64 features stay float64
         ext = FeatureExtractor(feature_fn, device=dev, **opts)
     raw = getattr(ext, "feature_fn", feature_fn)
 

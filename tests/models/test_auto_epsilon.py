@@ -43,7 +43,7 @@ def test_auto_epsilon_is_the_synbench_argmax() -> None:
     fields = {k: v for k, v in AUTO.items() if k != "input_size"}
     _, res = synbench_distributed(bb.eval().embed, (3, 8, 8), SynBenchConfig(**fields))
     scores = {e: res.score(e) for e in fields["eps"]}
-    assert model.auto_epsilon_scores == pytest.approx(scores, abs=1e-12)
+    assert model.auto_epsilon_scores == scores  # one process, the same loop on the same samples: bitwise equal
     assert model.epsilon == pytest.approx(0.5 * max(scores, key=scores.get))
 
 

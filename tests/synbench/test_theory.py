@@ -25,17 +25,19 @@ def _phi(x):
 
 def test_reference_accuracy_values_and_types():
     assert reference_accuracy(0.0) == 0.5
-    assert reference_accuracy(1.0) == pytest.approx(PHI_1, abs=1e-15)
+    assert reference_accuracy(1.0) == pytest.approx(PHI_1, abs=1e-15)  # ndtr is accurate to a few u (≈ 4e-16)
     arr = reference_accuracy(np.array([1.0, 2.0]))
     assert isinstance(arr, np.ndarray) and arr.dtype == np.float64
     t = reference_accuracy(torch.tensor([1.0, 2.0], dtype=torch.float32))
     assert isinstance(t, torch.Tensor) and t.dtype == torch.float64
-    assert t[1].item() == pytest.approx(0.9772498680518208, abs=1e-15)
+    assert t[1].item() == pytest.approx(0.9772498680518208, abs=1e-15)  # Φ(2) to a few u, as above
 
 
 def test_expected_scaled_bound_by_hand():
     # Theorem 3.1 (iv) at a = Φ(1): Φ⁻¹(a) = 1, so b = φ(1) / (Φ(1)·1) + 1.
     by_hand = _phi(1.0) / (PHI_1 * 1.0) + 1.0
+    # via Φ⁻¹(a): ndtri's relative error ~1e-15 is amplified by the bound's condition |d log b/d log Φ⁻¹| ≤ 10
+    # around s = 1 → 1e-12 leaves a factor ~100; the direct form only rounds a few operations (≤ 10 u ≈ 1e-15)
     assert expected_scaled_bound(PHI_1) == pytest.approx(by_hand, rel=1e-12)
     assert scaled_bound_from_margin(1.0) == pytest.approx(by_hand, rel=1e-14)
     s = np.linspace(0.1, 4.9, 49)  # the two forms agree on the whole official grid (Φ⁻¹ loses ~1e-10 at 4.9)
@@ -96,6 +98,8 @@ def test_imbalanced_printed_statement_is_wrong():
     # For τ = 1/2 all three forms coincide with Theorem 3.1 (iv).
     for s in (0.4, 1.0, 3.0):
         b = scaled_bound_from_margin(s)
+        # closed forms, a few dozen floating-point operations each (no solve, no iteration): ≤ 100·u ≈ 1e-14,
+        # 1e-12 with margin for the ndtr/exp evaluations at s = 3; the accuracy is the same ndtr call (≤ 4 u)
         assert imbalanced_expected_scaled_bound(s, 0.5) == pytest.approx(b, rel=1e-12)
         assert imbalanced_expected_scaled_bound_as_printed(s, 0.5) == pytest.approx(b, rel=1e-12)
         assert imbalanced_accuracy(s, 0.5) == pytest.approx(reference_accuracy(s), rel=1e-15)
