@@ -1,0 +1,90 @@
+"""Throughput of the batched torch perturbations against imagecorruptions (ImageNet-C, per image) at equal parameters.
+
+    python -m benchmarks.perturbations [--size 224] [--n 32] [--repeats 3] [--threads 1 2]
+
+For each perturbation, the reference is ``imagecorruptions.corrupt`` on uint8 HxWx3 images, one at a time, at the
+in-domain severity whose parameters equal ours (see PERTURBATIONS[name].severities); JPEG (all severities lie below
+the domain) is compared with imagecorruptions' own code path, a PIL save/open round trip, at quality 50. Ours is
+``perturb`` on one (N, 3, H, W) float32 batch. Timings are interleaved (reference, ours, reference, ...) in one process
+and the ratio reported is median(reference time) / median(our time): throughput speed-up, > 1 = faster than the
+reference. Input conversions are excluded on both sides.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from io import BytesIO
+
+import numpy as np
+import torch
+
+from src.perturbations import PERTURBATIONS, perturb
+
+
+def _images(n: int, size: int) -> np.ndarray:
+    from skimage import data
+
+    photos = [data.astronaut(), data.coffee(), data.chelsea(), data.rocket()]
+    out = []
+    for i in range(n):
+        p = photos[i % len(photos)]
+        h, w = p.shape[:2]
+        top, left = (i * 37) % (h - size), (i * 53) % (w - size)
+        out.append(p[top : top + size, left : left + size])
+    return np.stack(out)
+
+
+def _reference(name: str):
+    import imagecorruptions
+    from PIL import Image
+
+    if name == "jpeg_compression":
+
+        def ref(img: np.ndarray) -> np.ndarray:
+            buf = BytesIO()
+            Image.fromarray(img).save(buf, "JPEG", quality=50)
+            return np.asarray(Image.open(buf))
+
+        return ref, 50.0
+    severity, k = next(iter(PERTURBATIONS[name].severities.items()))
+    return (lambda img: imagecorruptions.corrupt(img, severity=severity, corruption_name=name)), k
+
+
+def _time(fn) -> float:
+    t = time.perf_counter()
+    fn()
+    return time.perf_counter() - t
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--size", type=int, default=224)
+    ap.add_argument("--n", type=int, default=32)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
+    ap.add_argument("--names", nargs="+", default=list(PERTURBATIONS))
+    args = ap.parse_args()
+    import cv2
+
+    u8 = _images(args.n, args.size)
+    x = torch.from_numpy(u8).permute(0, 3, 1, 2).float().div(255).contiguous()
+    print(f"{args.n} images of {args.size}x{args.size}; median of {args.repeats} interleaved repeats")
+    print(f"{'perturbation':<18} {'threads':>7} {'reference img/s':>16} {'torch img/s':>12} {'speed-up':>9}")
+    for threads in args.threads:
+        torch.set_num_threads(threads)
+        cv2.setNumThreads(threads)
+        for name in args.names:
+            ref, k = _reference(name)
+            g = torch.Generator().manual_seed(0)
+            ref(u8[0]), perturb(x[:2], name, k, generator=g)  # warm-up (numba compilation, caches)
+            t_ref, t_ours = [], []
+            for _ in range(args.repeats):
+                t_ref.append(_time(lambda ref=ref: [ref(img) for img in u8]))
+                t_ours.append(_time(lambda name=name, k=k, g=g: perturb(x, name, k, generator=g)))
+            r, o = float(np.median(t_ref)), float(np.median(t_ours))
+            print(f"{name:<18} {threads:>7} {args.n / r:>16.1f} {args.n / o:>12.1f} {r / o:>8.1f}x", flush=True)
+
+
+if __name__ == "__main__":
+    main()
