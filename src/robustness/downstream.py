@@ -120,7 +120,7 @@ def open_clip_zero_shot(
         open_clip.get_tokenizer(arch) if arch in open_clip.list_models() else open_clip.get_tokenizer("ViT-B-32")
     )
     w = zero_shot_weights(model.encode_text, tokenizer, class_names, templates)
-    scale = float(model.logit_scale.exp()) if hasattr(model, "logit_scale") else 100.0
+    scale = float(model.logit_scale.detach().exp()) if hasattr(model, "logit_scale") else 100.0
     return ZeroShotClassifier(w, scale)
 
 
