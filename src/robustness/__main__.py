@@ -23,13 +23,16 @@ def run(cfg: DictConfig) -> Path:
 
     out = Path(cfg.paths.output_dir)
     t0 = time.perf_counter()
-    bb = create_backbone(cfg.backbone, **dict(OmegaConf.to_container(cfg.backbone_opts or {}, resolve=True))).eval()
+    opts = dict(OmegaConf.to_container(cfg.backbone, resolve=True))
+    name = opts.pop("name")
+    bb = create_backbone(name, **opts).eval()
     bb = bb.to(cfg.device)
     x_tr, y_tr, x_te, y_te = digits_split(cfg.image_size, cfg.n_train, cfg.n_test, seed=cfg.seed)
     classifier = None
     if cfg.classifier == "zero_shot":
         names = list(cfg.class_names) if cfg.class_names else list(DIGIT_NAMES)
-        classifier = zero_shot_for(cfg.backbone, names, pretrained=cfg.pretrained, templates=list(cfg.templates))
+        pretrained = opts.get("pretrained") if isinstance(opts.get("pretrained"), str) else None
+        classifier = zero_shot_for(name, names, pretrained=pretrained, templates=list(cfg.templates))
         classifier = classifier.to(cfg.device)
     elif cfg.classifier != "linear":
         raise ValueError(f"classifier must be 'linear' or 'zero_shot', got {cfg.classifier!r}")
@@ -39,7 +42,7 @@ def run(cfg: DictConfig) -> Path:
         y_tr,
         x_te,
         y_te,
-        backbone_name=cfg.backbone,
+        backbone_name=name,
         classifier=classifier,
         perturbations=list(cfg.perturbations) if cfg.perturbations else None,
         m=cfg.m,

@@ -1,0 +1,43 @@
+"""The downstream report end to end (python -m src.robustness) on a tiny random backbone."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.slow
+def test_report_cli_writes_tables_and_figures(tmp_path: Path) -> None:
+    from src.robustness.__main__ import run
+
+    overrides = [
+        "backbone=timm_tiny_random",
+        f"paths.output_dir={tmp_path}",
+        "image_size=32",
+        "n_train=60",
+        "n_test=8",
+        "m=2",
+        "perturbations=[brightness,gaussian_noise]",
+        "chunk_size=4",
+    ]
+    with initialize_config_dir(str(ROOT / "configs"), version_base="1.3"):
+        cfg = compose("robustness.yaml", overrides=overrides)
+    out = run(cfg)
+    summary = json.loads((out / "summary.json").read_text())
+    assert [r["perturbation"] for r in summary["rows"]] == ["brightness", "gaussian_noise"]
+    for r in summary["rows"]:
+        assert 0 <= r["mean_r_dr"] <= 1 and 0 <= r["mean_acc_p"] <= 1 and r["mse_r_dr"] >= 0
+    for name in ("summary.md", "per_image.csv", "acc_p_vs_divergence_radius.png", "regression_mse.png"):
+        assert (out / name).stat().st_size > 0
+    assert len((out / "per_image.csv").read_text().splitlines()) == 1 + 8 * 2
+
+
+def test_config_defaults_are_the_papers() -> None:
+    with initialize_config_dir(str(ROOT / "configs"), version_base="1.3"):
+        cfg = compose("robustness.yaml", overrides=["paths.output_dir=."])
+    assert cfg.m == 5 and cfg.mode == "equal" and list(cfg.templates) == ["a photo of a {c}."]
