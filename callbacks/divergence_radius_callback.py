@@ -15,6 +15,7 @@ of processes. Logs ``val/divergence_radius/<perturbation>``, ``val/divergence_ra
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -30,6 +31,8 @@ from src.robustness.images import bundled_photos
 from src.utils.modes import eval_mode
 
 __all__ = ["DivergenceRadiusCallback", "robustness_figure"]
+
+log = logging.getLogger("repbench")
 
 SOURCES = ("auto", "val", "photos")
 
@@ -179,8 +182,14 @@ class DivergenceRadiusCallback(L.Callback):
                 world_size=trainer.world_size,
                 device=pl_module.device,
             )
-        self.seconds += time.perf_counter() - start
+        seconds = time.perf_counter() - start
+        self.seconds += seconds
         self.computations += 1
+        if trainer.global_rank == 0:
+            log.info(
+                "DivergenceRadius: %d images x %d perturbations x (1 + %d) versions in %.1f s; mean R_dr %.4f",
+                images.shape[0], len(self.names), self.m, seconds, out["divergence_radius/mean"],
+            )  # fmt: skip
         return out
 
     def _refresh(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
