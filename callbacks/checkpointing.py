@@ -42,6 +42,7 @@ class ExceptionCheckpoint(Checkpoint):
         self.filename = filename
         self.exception: BaseException | None = None
         self.saved_path: str | None = None
+        self._saving = False
 
     @property
     def ckpt_path(self) -> str:
@@ -55,8 +56,24 @@ class ExceptionCheckpoint(Checkpoint):
         if trainer.global_step < 1:
             log.warning("fit stopped before the first optimizer step: no exception checkpoint written")
             return
-        trainer.save_checkpoint(self.ckpt_path)
+        self._saving = True
+        try:
+            trainer.save_checkpoint(self.ckpt_path)
+        finally:
+            self._saving = False
         self.saved_path = self.ckpt_path
         log.warning(
             "fit stopped at step %d (%s): saved %s", trainer.global_step, type(exception).__name__, self.ckpt_path
         )
+
+    def on_save_checkpoint(self, trainer: L.Trainer, pl_module: L.LightningModule, checkpoint: dict) -> None:
+        """A run that dies in ``on_train_epoch_start`` (the new epoch is "ready" but not "started") still holds the
+        previous epoch's batch counters; Lightning would restore them and skip the whole new epoch. Zero them so
+        the resumed run trains that epoch from its first batch."""
+        if not self._saving:
+            return
+        epochs = trainer.fit_loop.epoch_progress.current
+        if epochs.ready > epochs.started:
+            progress = checkpoint["loops"]["fit_loop"]["epoch_loop.batch_progress"]
+            progress["current"] = dict.fromkeys(progress["current"], 0)
+            progress["is_last_batch"] = False
