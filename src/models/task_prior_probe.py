@@ -95,7 +95,7 @@ class TaskPriorProbe(RepBenchModule):
         prior_backbone: Backbone | str | Mapping[str, Any] = "embedded:efficientnet_lite2",
         num_tasks: int = 64,
         task_classes: int = 2,
-        sample_temperature: float = 0.1,
+        sample_temperature: float = 0.01,
         temperature: float = 0.01,
         order: str = "sequential",
         eval_scale: str = DEFAULT_EVAL_SCALE,
