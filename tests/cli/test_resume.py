@@ -152,6 +152,7 @@ def good_ckpt(full_run) -> Path:
 
 
 def _bad_checkpoints(tmp_path: Path, good: Path) -> dict[str, tuple[Path, type, str]]:
+    tmp_path.mkdir(parents=True, exist_ok=True)
     out: dict[str, tuple[Path, type, str]] = {}
     out["missing"] = (tmp_path / "nope.ckpt", FileNotFoundError, "no such file")
     truncated = tmp_path / "truncated.ckpt"
