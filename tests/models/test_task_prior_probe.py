@@ -114,3 +114,38 @@ def test_bad_input() -> None:
         model.prepare_tasks(bad[:6], bad[6:], x[:6], x[6:])
     with pytest.raises(ValueError, match="NaN"):
         model.prepare_tasks(x[:6], x[6:], bad[:6], bad[6:])
+
+
+@pytest.mark.parametrize(
+    "yaml_path, target, key",
+    [
+        ("configs/model/task_prior_probe.yaml", TaskPriorProbe, None),
+        ("configs/callbacks/task_prior.yaml", "callbacks.TaskPriorCallback", "task_prior"),
+    ],
+)
+def test_code_defaults_equal_the_yaml(yaml_path, target, key) -> None:
+    """Defaults live once in configs/: every literal YAML value equals the code default (backbone specs are
+    written as {name, pretrained} mappings in YAML and as names in code: compared by name)."""
+    import importlib
+    import inspect
+    from pathlib import Path
+
+    from omegaconf import OmegaConf
+
+    if isinstance(target, str):
+        mod, _, cls = target.rpartition(".")
+        target = getattr(importlib.import_module(mod), cls)
+    root = Path(__file__).resolve().parents[2]
+    cfg = OmegaConf.load(root / yaml_path)
+    cfg = cfg[key] if key else cfg
+    params = inspect.signature(target.__init__).parameters
+    for name, value in OmegaConf.to_container(cfg, resolve=False).items():
+        if name == "_target_" or (isinstance(value, str) and value.startswith("${")):
+            continue
+        default = params[name].default
+        if isinstance(value, dict) and "name" in value:
+            assert default == value["name"], name
+        elif isinstance(value, list):
+            assert list(default) == value, name
+        else:
+            assert default == value, (name, default, value)
