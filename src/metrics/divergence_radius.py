@@ -24,7 +24,7 @@ from torchmetrics import Metric
 from src.features import FeatureExtractor
 from src.robustness.metrics import cosine_robustness, divergence_radius
 from src.robustness.protocol import robustness_sweep
-from src.utils.distributed import Shard
+from src.utils.distributed import Shard, all_reduce_sum, no_reduce, raise_if_any_failed
 
 __all__ = ["DivergenceRadius", "CosineRobustness", "robustness_metrics"]
 
@@ -127,17 +127,22 @@ def robustness_metrics(
 ) -> dict[str, float]:
     """The sweep on this rank's chunks of ``images`` through both metrics; every rank must call it (``compute``
     syncs). Returns {"divergence_radius/<name>", "divergence_radius/mean", "cosine_robustness/<name>", ...}."""
-    out = robustness_sweep(
-        images,
-        feature_fn,
-        perturbations=perturbations,
-        m=m,
-        mode=mode,
-        seed=seed,
-        chunk_size=chunk_size,
-        shard=Shard(rank, world_size),
-        device=device,
-    )
+    error: BaseException | None = None
+    try:
+        out = robustness_sweep(
+            images,
+            feature_fn,
+            perturbations=perturbations,
+            m=m,
+            mode=mode,
+            seed=seed,
+            chunk_size=chunk_size,
+            shard=Shard(rank, world_size),
+            device=device,
+        )
+    except Exception as exc:  # every rank learns of it below instead of blocking in the metrics' sync
+        error = exc
+    raise_if_any_failed(error, all_reduce_sum if world_size > 1 else no_reduce)
     dev = torch.device(device) if device is not None else torch.device("cpu")
     result: dict[str, float] = {}
     for family, metric, values in (

@@ -72,10 +72,21 @@ def _sweep(rank: int, world_size: int, n: int) -> dict[str, float]:
     )
 
 
-def _on_rank(rank: int, world_size: int, values: torch.Tensor, n: int) -> tuple[dict[str, float], dict[str, float]]:
+def nan_features(x: torch.Tensor) -> torch.Tensor:
+    return tiny_features(x) * float("nan")
+
+
+def _on_rank(rank: int, world_size: int, values: torch.Tensor, n: int) -> tuple[dict, dict, str]:
     metric = DivergenceRadius(NAMES)
     metric.update_values(values[rank::world_size])  # 3 ranks, 2 rows: rank 2 has an empty (0, P) share
-    return {k: float(v) for k, v in metric.compute().items()}, _sweep(rank, world_size, n)
+    # a failure on one rank (NaN features on rank 1 only) must raise on every rank, not deadlock the others
+    fn = nan_features if rank == 1 else tiny_features
+    try:
+        robustness_metrics(_images(n), fn, perturbations=NAMES, m=1, chunk_size=1, rank=rank, world_size=world_size)
+        failure = ""
+    except Exception as exc:
+        failure = f"{type(exc).__name__}: {exc}"
+    return {k: float(v) for k, v in metric.compute().items()}, _sweep(rank, world_size, n), failure
 
 
 @pytest.mark.slow
@@ -86,12 +97,16 @@ def test_ddp_equals_one_process(world: int, n: int) -> None:
     chunk is computed with the same ops and the same (seed, chunk) noise on any rank; the only difference is the
     float32 feature arithmetic in a 1-thread worker vs this process: a 48-term dot product is exact to ≲ 48·u32 ≈
     3e-6 relative, tanh and the normalisation keep that order, and R_dr (1-Lipschitz) and R_cs (2-Lipschitz) in
-    each unit point move by ≲ 1e-5; means inherit that."""
+    each unit point move by ≲ 1e-5; means inherit that. (c) NaN features on rank 1 raise on every rank."""
     values = torch.rand(2, len(NAMES), dtype=F64, generator=torch.Generator().manual_seed(1))
-    ref_metric, ref_sweep = _on_rank(0, 1, values, n)
-    for res in run_in_processes(_on_rank, world, values, n):
+    metric = DivergenceRadius(NAMES)
+    metric.update_values(values)
+    ref_metric = {k: float(v) for k, v in metric.compute().items()}
+    ref_sweep = _sweep(0, 1, n)
+    for rank, res in enumerate(run_in_processes(_on_rank, world, values, n)):
         assert "__error__" not in res, res
-        got_metric, got_sweep = res
+        got_metric, got_sweep, failure = res
+        assert failure.startswith("FloatingPointError" if rank == 1 else "RuntimeError: 1 other rank(s) failed")
         assert all(abs(got_metric[k] - ref_metric[k]) <= 4e-16 for k in ref_metric)
         assert got_sweep.keys() == ref_sweep.keys()
         assert all(abs(got_sweep[k] - ref_sweep[k]) <= 1e-5 for k in ref_sweep)
