@@ -27,6 +27,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 from omegaconf import DictConfig
 
+from src.utils.allocator import keep_freed_memory
 from src.utils.hydra_utils import instantiate_list, log_config, to_container
 
 log = logging.getLogger("repbench")
@@ -184,6 +185,7 @@ def optimized_metric_value(cfg: DictConfig, metrics: dict[str, float]) -> float 
 
 @hydra.main(version_base="1.3", config_path="../configs", config_name="train.yaml")
 def main(cfg: DictConfig) -> float | None:
+    keep_freed_memory()  # reuse freed activation memory (docs/speed.md)
     log_config(cfg)
     metrics, _ = train(cfg)
     log.info("final metrics: %s", {k: round(v, 4) for k, v in sorted(metrics.items())})

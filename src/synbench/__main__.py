@@ -18,6 +18,7 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from src.synbench.compare import compare_backbones, comparison_figures, comparison_markdown
+from src.utils.allocator import keep_freed_memory
 
 log = logging.getLogger("repbench")
 
@@ -32,6 +33,7 @@ def protocol_fields(cfg: DictConfig) -> tuple[dict[str, Any], int | None]:
 
 @hydra.main(version_base="1.3", config_path="../../configs", config_name="synbench.yaml")
 def main(cfg: DictConfig) -> None:
+    keep_freed_memory()  # reuse freed activation memory (docs/speed.md)
     out = Path(cfg.paths.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     fields, input_size = protocol_fields(cfg)
