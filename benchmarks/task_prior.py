@@ -122,10 +122,11 @@ def bench_moments(n: int, dim: int, block: int, repeats: int, dense: bool, shard
             runs["dense"].append(spawn(n, dim, "dense", block, 1, threads))
     tiled = min(runs["tiled"], key=lambda r: r["seconds"])
     note = f" (extrapolated from {tiled['tiles_done']}/{tiled['tiles_total']} tiles)" if tiled["extrapolated"] else ""
+    what = "partial E/Var of that shard" if tiled["extrapolated"] else "E/Var"
     print(
         f"n={n:>7} D={dim} tiled (block {block}): {tiled['seconds']:9.1f} s{note}, "
         f"setup {tiled['setup_seconds']:.1f} s, extra peak {tiled['extra_peak_mb']:8.1f} MB "
-        f"(inputs {tiled['inputs_mb']:.0f} MB); E={tiled['mean']:.6g} Var={tiled['var']:.6g}",
+        f"(inputs {tiled['inputs_mb']:.0f} MB); {what} {tiled['mean']:.6g} / {tiled['var']:.6g}",
         flush=True,
     )
     if dense:
