@@ -25,6 +25,13 @@ def flat(x: torch.Tensor) -> torch.Tensor:
     return x.double().flatten(1)
 
 
+def _kappa() -> float:
+    """Condition number of a 16-d sample covariance of 400 Gaussian-I draws (the pooled Σ of ``flat``):
+    ≈ ((1 + √(16/400)) / (1 − √(16/400)))² ≈ 2.3."""
+    z = torch.randn(SMALL["n_train"], 16, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
+    return float(torch.linalg.cond(torch.cov(z.T)))
+
+
 def test_a_T_below_the_grid_is_refused_consistently() -> None:
     # config validation and the score function agree: grid integral needs a_T >= 0.6 (its first point), the
     # exact integral accepts [0.5, 1)
@@ -95,3 +102,30 @@ def test_full_true_is_the_official_protocol() -> None:
     cfg.full = False
     fields, size = protocol_fields(cfg)
     assert SynBenchConfig(**fields).n_train == cfg.reduced.n_train and size == cfg.input_size
+
+
+def test_small_scale_features_warn_with_the_absolute_cut_off() -> None:
+    # features × 1e-4 have covariance eigenvalues ~1e-8 < the official absolute cut-off 1e-6: previously a
+    # silent change of the result, now a warning naming the fix
+    cfg = SynBenchConfig(**SMALL)
+    with pytest.warns(RuntimeWarning, match="eig_tol_mode='relative'"), pytest.warns(RuntimeWarning, match="degen"):
+        synbench(lambda x: 1e-4 * flat(x), input_shape=SHAPE, config=cfg)
+    rel = SynBenchConfig(**{**SMALL, "eig_tol_mode": "relative"})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        small = synbench(lambda x: 1e-4 * flat(x), input_shape=SHAPE, config=rel)
+    base = synbench(flat, input_shape=SHAPE, config=rel)
+    # scaling only changes rounding: counts equal, bounds to 10·d·κ·u (κ of Σ ≈ I computed, ≈ 2.3)
+    torch.testing.assert_close(small.accuracy, base.accuracy, rtol=0, atol=0.1 / rel.n_test)
+    torch.testing.assert_close(small.bound, base.bound, rtol=10 * 16 * _kappa() * 2.0**-53, atol=0)
+
+
+def test_large_feature_offsets_keep_their_digits() -> None:
+    # The protocol accumulates about a common shift (rank 0's first-batch mean). With a zero shift, an offset of
+    # 1e6 would cost (1e6)²·u ≈ 1e-4 relative in Σ; with the shift the centred data round at 1e6·u, so the
+    # results match the unshifted features to 10·d·κ·u·(1 + 1e6/spread) with κ ≈ 2.3, spread ≈ 1 (≈ 4e-8).
+    cfg = SynBenchConfig(**SMALL)
+    base = synbench(flat, input_shape=SHAPE, config=cfg)
+    off = synbench(lambda x: flat(x) + 1e6, input_shape=SHAPE, config=cfg)
+    torch.testing.assert_close(off.accuracy, base.accuracy, rtol=0, atol=0.1 / cfg.n_test)
+    torch.testing.assert_close(off.bound, base.bound, rtol=10 * 16 * _kappa() * 2.0**-53 * (1 + 1e6), atol=0)
