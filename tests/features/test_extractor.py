@@ -211,3 +211,19 @@ def test_cuda_path_matches_cpu(tmp_path):  # pragma: no cover - no GPU in CI
     # TF32 may be on for CUDA convolutions: 10-bit mantissa, the bf16 argument above with u = 2^-11
     layers = sum(isinstance(m, (nn.Conv2d, nn.Linear)) for m in bb.modules())
     assert float(rel_errors(z, z_cpu).max()) <= 2 * layers * 2.0**-11
+
+
+def test_code_defaults_equal_the_yaml():
+    """Defaults live once in configs/: the extractor block of configs/synbench.yaml equals the code defaults
+    (null = the code default, e.g. max_batch = synbench.batch_size = 256)."""
+    import inspect
+    from pathlib import Path
+
+    from omegaconf import OmegaConf
+
+    cfg = OmegaConf.load(Path(__file__).resolve().parents[2] / "configs" / "synbench.yaml")
+    defaults = {k: p.default for k, p in inspect.signature(FeatureExtractor).parameters.items()}
+    for key, value in OmegaConf.to_container(cfg.extractor).items():
+        assert value is None or value == defaults[key], key
+    assert defaults["max_batch"] == 256 and defaults["memory_format"] == "auto"
+    assert defaults["compile"] is False and defaults["autocast"] is None
