@@ -149,3 +149,17 @@ def test_ddp_equals_one_process() -> None:
     for res in run_in_processes(_compute_on_rank, 2):
         assert "__error__" not in res, res
         assert res.keys() == ref.keys() and all(abs(res[k] - ref[k]) <= 1e-5 for k in ref)
+
+
+def test_default_and_monitor_pretraining_runs_include_the_callback() -> None:
+    from hydra import compose, initialize_config_dir
+    from hydra.utils import instantiate
+
+    for overrides in ([], ["experiment=monitor_pretraining"]):
+        with initialize_config_dir(str(ROOT / "configs"), version_base="1.3"):
+            cfg = compose("train.yaml", overrides=overrides, return_hydra_config=False)
+        if overrides and cfg.callbacks.get("divergence_radius") is None:
+            continue  # the experiment may switch it off to keep its CPU budget
+        cb = instantiate(cfg.callbacks.divergence_radius)
+        assert isinstance(cb, DivergenceRadiusCallback) and cb.m == 5
+        assert cb.image_size == (32 if overrides else 64)
