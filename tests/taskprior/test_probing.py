@@ -130,3 +130,40 @@ def test_bad_input() -> None:
         BatchedLinearHead(2, 1, 4)
     with pytest.raises(ValueError, match="shape"):
         BatchedLinearHead(2, 2, 4)(torch.zeros(3, 5))
+
+
+def test_report_table_and_correlations(tmp_path) -> None:
+    import json
+
+    from scipy.stats import pearsonr, spearmanr
+
+    from src.taskprior.report import collect_rows, compare_features, correlations, write_table
+
+    g = torch.Generator().manual_seed(0)
+    prior = torch.randn(30, 4, generator=g)
+    feats = {"a": prior + 0.1 * torch.randn(30, 4, generator=g), "b": torch.randn(30, 5, generator=g)}
+    feats["c"] = torch.randn(30, 3, generator=g)
+    rows = compare_features(feats, prior, num_tasks=3, epochs=5, sample_temperature=0.01)
+    assert [r["backbone"] for r in rows] == ["a", "b", "c"] and all(len(r["accuracies"]) == 3 for r in rows)
+    corr = correlations(rows)
+    e, am = [r["mean"] for r in rows], [r["acc_mean"] for r in rows]
+    v, av = [r["var"] for r in rows], [r["acc_var"] for r in rows]
+    # numpy's corrcoef vs scipy on 3 points: the same float64 formula up to ordering, ~10 ulps
+    if np.std(am) > 0:
+        assert corr["pearson_mean_vs_acc_mean"] == pytest.approx(pearsonr(e, am)[0], abs=1e-12)
+        assert corr["spearman_mean_vs_acc_mean"] == pytest.approx(spearmanr(e, am)[0], abs=1e-12)
+    if np.std(av) > 0:
+        assert corr["pearson_var_vs_acc_var"] == pytest.approx(pearsonr(v, av)[0], abs=1e-12)
+    run = tmp_path / "sweep" / "0"
+    run.mkdir(parents=True)
+    for i, r in enumerate(rows):
+        (tmp_path / "sweep" / str(i)).mkdir(exist_ok=True)
+        (tmp_path / "sweep" / str(i) / "task_prior_row.json").write_text(json.dumps(r))
+    collected = collect_rows(tmp_path / "sweep")
+    assert [r["backbone"] for r in collected] == ["a", "b", "c"]
+    paths = write_table(collected, tmp_path / "sweep")
+    text = paths["md"].read_text()
+    assert "| a |" in text and "Correlation across backbones" in text
+    assert paths["csv"].read_text().splitlines()[0].startswith("backbone,acc_mean,acc_var")
+    with pytest.raises(ValueError, match="no rows"):
+        write_table([], tmp_path)
