@@ -124,7 +124,7 @@ def sample_task_labels(
             else:
                 idx = perm[:, step]
                 zi = z[idx]  # (k, r)
-                h = torch.bmm(prefix.view(k, q, r), zs[idx].unsqueeze(-1)).view(k, q)
+                h = torch.bmm(prefix.view(k, q, r), zi.unsqueeze(-1)).view(k, q) / t  # one gather per step
             c = torch.argmax(h + gumbel[:, step], dim=1)
             if perm is None:
                 labels[:, step] = c
