@@ -1,5 +1,5 @@
-"""SynBench's class-conditional Gaussian binary task in pixel space (the "Gaussian proxy task", Table 1 of
-synbench_icml2024.txt): x = mean_offset + y·s·1/√d + N(0, I) per pixel, y ∈ {−1, +1} → labels {0, 1}.
+"""SynBench's class-conditional Gaussian binary task in pixel space (the "Gaussian proxy task", Table 1 of Ko et al.,
+"What Would Gauss Say About Representations?", ICML 2024, arXiv:2210.02989): x = mean_offset + y·s·1/√d + N(0, I) per pixel, y ∈ {−1, +1} → labels {0, 1}.
 
 The Bayes classifier reaches accuracy Φ(s) on it (Thm 3.1 iii with ε = 0, Σ = I), which is the number a probe
 can be compared with. Samples come from :mod:`src.synbench.sampling` (seeded, independent of batch size).
