@@ -221,7 +221,12 @@ class TaskPriorProbe(RepBenchModule):
             setattr(self, name, getattr(self, name).to(self.device))
 
     # ------------------------------------------------------------------ steps
-    def _lookup(self, batch: Any, x: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
+    def _lookup(self, batch: Any, split: str) -> tuple[Tensor, Tensor]:
+        x, y = getattr(self, f"_{split}_x"), getattr(self, f"_{split}_y")
+        if x.device != self.device:  # e.g. trainer.validate on a GPU without on_fit_start
+            x, y = x.to(self.device), y.to(self.device)
+            setattr(self, f"_{split}_x", x)
+            setattr(self, f"_{split}_y", y)
         _, _, index = unpack_batch(batch)
         if index is None:
             raise ValueError(
@@ -236,7 +241,7 @@ class TaskPriorProbe(RepBenchModule):
         return x[index], y[:, index]
 
     def training_step(self, batch: Any, batch_idx: int) -> Tensor:
-        feats, labels = self._lookup(batch, self._train_x, self._train_y)
+        feats, labels = self._lookup(batch, "train")
         loss = task_probe_loss(self.head(feats), labels)
         if not torch.isfinite(loss):
             raise FloatingPointError(f"non-finite probe loss at step {self.global_step}; lower model.lr")
@@ -244,7 +249,7 @@ class TaskPriorProbe(RepBenchModule):
         return loss
 
     def validation_step(self, batch: Any, batch_idx: int) -> None:
-        feats, labels = self._lookup(batch, self._val_x, self._val_y)
+        feats, labels = self._lookup(batch, "val")
         self.val_tasks.update(self.head(feats), labels)
 
     def on_validation_epoch_end(self) -> None:
