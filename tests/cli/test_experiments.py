@@ -23,7 +23,9 @@ def _fast(cfg):
 
 
 def test_experiment_list_is_not_empty() -> None:
-    assert "probe_digits" in EXPERIMENTS and "robust_probe_digits" in EXPERIMENTS
+    assert "probe_digits" in EXPERIMENTS and "monitor_pretraining" in EXPERIMENTS
+    # the default run (no experiment) is the robust probe; an experiment equal to it would only duplicate it
+    assert "robust_probe_digits" not in EXPERIMENTS
 
 
 @pytest.mark.parametrize("experiment", [None, *EXPERIMENTS])

@@ -1,0 +1,191 @@
+"""Defaults live once, in configs/: every class that a YAML file instantiates has code defaults equal to that YAML or
+no default at all (design principle "Defaults once").
+
+For each case the YAML is composed into train.yaml (so interpolations such as ``${seed}`` resolve as in a run) and
+every ``__init__`` parameter that has a code default and appears in the YAML node must agree. A code default of
+``None`` that means "the documented defaults" is compared through ``effective``. Extend ``CASES`` when you add a class
+with a YAML config.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+from omegaconf import OmegaConf, open_dict
+
+CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+
+
+def _attr(path: str) -> Callable[[], Any]:
+    """Lazy ``module:attribute`` lookup (the effective default a ``None`` argument stands for)."""
+
+    def get() -> Any:
+        module, _, name = path.partition(":")
+        value = getattr(importlib.import_module(module), name)
+        return value() if callable(value) else value
+
+    return get
+
+
+@dataclass
+class Case:
+    target: str  # the class, "module:Class"
+    yaml: str  # the file under configs/ that instantiates it
+    node: str  # where that file lands in the composed train config
+    overrides: list[str] = field(default_factory=list)  # selecting the file in train.yaml
+    wiring: dict[str, str] = field(default_factory=dict)  # YAML keys that wire values in (not defaults): why
+    effective: dict[str, Callable[[], Any]] = field(default_factory=dict)  # param -> what a None default means
+
+
+_BACKBONE = {"backbone": "the backbone group (${backbone}); compared by test_backbone_defaults"}
+_DATA_WIRING = {"num_classes": "a check against the data (None = no check), set from the data config"}
+
+CASES = [
+    Case(
+        "src.models:RobustLinearProbe",
+        "model/robust_probe.yaml",
+        "model",
+        effective={
+            "attack": _attr("src.models.robust_probe:ATTACK_DEFAULTS"),
+            "eval_attack": _attr("src.models.robust_probe:EVAL_ATTACK_DEFAULTS"),
+            "auto_epsilon": _attr("src.models.auto_epsilon:auto_epsilon_defaults"),
+        },
+        wiring=dict(_BACKBONE),
+    ),
+    Case(
+        "src.models:SupervisedPretraining",
+        "model/supervised.yaml",
+        "model",
+        ["model=supervised", "backbone=timm_resnet10t_random"],
+        wiring=dict(_BACKBONE),
+    ),
+    Case(
+        "callbacks:SynBenchCallback",
+        "callbacks/synbench.yaml",
+        "callbacks.synbench",
+        ["callbacks=synbench"],
+        effective={"config": _attr("callbacks.synbench_callback:callback_budget")},
+    ),
+    Case("callbacks:DivergenceRadiusCallback", "callbacks/divergence_radius.yaml", "callbacks.divergence_radius"),
+    Case("callbacks:TaskPriorCallback", "callbacks/task_prior.yaml", "callbacks.task_prior", ["callbacks=task_prior"]),
+    Case(
+        "callbacks:ExceptionCheckpoint",
+        "callbacks/default.yaml",
+        "callbacks.exception_checkpoint",
+        wiring={"dirpath": "the run's output folder"},
+    ),
+    Case("src.data:DigitsDataModule", "data/digits.yaml", "data", wiring=dict(_DATA_WIRING)),
+    Case("src.data:GaussianTaskDataModule", "data/gaussian.yaml", "data", ["data=gaussian"], wiring=dict(_DATA_WIRING)),
+    Case("src.data:PhotosDataModule", "data/photos.yaml", "data", ["data=photos", "model=robust_finetune"]),
+    Case(
+        "src.models:PerturbationRobustFineTune",
+        "model/robust_finetune.yaml",
+        "model",
+        ["model=robust_finetune", "data=photos"],
+        wiring=dict(_BACKBONE),
+    ),
+    Case(
+        "src.models:TaskPriorProbe",
+        "model/task_prior_probe.yaml",
+        "model",
+        ["model=task_prior_probe"],
+        wiring={**_BACKBONE, "results_file": "a file in the run's output folder"},
+    ),
+]
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _equal(a: Any, b: Any) -> bool:
+    a, b = _plain(a), _plain(b)
+    if isinstance(a, bool) or isinstance(b, bool):
+        return a is b or a == b
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+        return math.isclose(float(a), float(b), rel_tol=0.0, abs_tol=0.0)  # written numbers: exactly equal
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_equal(a[k], b[k]) for k in a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_equal(x, y) for x, y in zip(a, b))
+    return a == b
+
+
+def _same_backbone(code: Any, yaml: Any) -> bool:
+    """Backbone specs: a name equals ``{name: ...}``; options given on both sides must agree."""
+    code = {"name": code} if isinstance(code, str) else _plain(code)
+    yaml = {"name": yaml} if isinstance(yaml, str) else _plain(yaml)
+    if not isinstance(code, dict) or not isinstance(yaml, dict):
+        return _equal(code, yaml)
+    return code.get("name") == yaml.get("name") and all(_equal(code[k], yaml[k]) for k in code.keys() & yaml.keys())
+
+
+def _composed(case: Case) -> dict[str, Any]:
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(version_base="1.3", config_dir=str(CONFIGS)):
+        cfg = compose(config_name="train.yaml", overrides=case.overrides)
+    GlobalHydra.instance().clear()
+    with open_dict(cfg):
+        cfg.paths.root_dir = cfg.paths.output_dir = "/tmp/repbench_test_defaults"
+    node = OmegaConf.select(cfg, case.node)
+    assert node is not None, f"{case.yaml} does not land at {case.node} with overrides {case.overrides}"
+    return OmegaConf.to_container(node, resolve=True)
+
+
+def _class(case: Case) -> type:
+    if not (CONFIGS / case.yaml).is_file():
+        pytest.skip(f"configs/{case.yaml} does not exist (yet)")
+    module, _, name = case.target.partition(":")
+    try:
+        return getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError):
+        pytest.skip(f"{case.target} is not importable (yet)")
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.target.rpartition(":")[2] for c in CASES])
+def test_code_defaults_equal_the_yaml(case: Case) -> None:
+    cls = _class(case)
+    node = _composed(case)
+    assert node.get("_target_") in (case.target.replace(":", "."), f"{cls.__module__}.{cls.__qualname__}")
+    params = inspect.signature(cls.__init__).parameters
+    accepts_kwargs = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+    unknown = sorted(k for k in node if k != "_target_" and k not in params)
+    assert accepts_kwargs or not unknown, f"{case.yaml}: keys {unknown} are not arguments of {cls.__name__}"
+    differ = {}
+    for name, param in params.items():
+        if name == "self" or param.default is inspect.Parameter.empty or name not in node or name in case.wiring:
+            continue
+        code = param.default
+        if code is None and name in case.effective:
+            code = case.effective[name]()
+        if name.endswith("backbone") and not _same_backbone(code, node[name]):
+            differ[name] = (code, node[name])
+        elif not name.endswith("backbone") and not _equal(code, node[name]):
+            differ[name] = (code, node[name])
+    assert not differ, f"{cls.__name__}: code default != configs/{case.yaml} for {differ} (code, yaml)"
+
+
+@pytest.mark.parametrize(
+    "case", [c for c in CASES if "backbone" in c.wiring], ids=lambda c: c.target.rpartition(":")[2]
+)
+def test_backbone_defaults(case: Case) -> None:
+    """A module's default backbone is the backbone its YAML run uses (same name; options equal where given)."""
+    cls = _class(case)
+    code = inspect.signature(cls.__init__).parameters["backbone"].default
+    if code is inspect.Parameter.empty:
+        return
+    yaml = _composed(case)["backbone"]
+    assert _same_backbone(code, yaml), (code, yaml)
