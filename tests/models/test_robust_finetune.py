@@ -16,14 +16,14 @@ from src.utils.checkpoint import load_module
 TINY = {"name": "timm:test_efficientnet", "pretrained": False}
 
 
-def _images(n: int = 32, size: int = 32, seed: int = 0) -> torch.Tensor:
+def _images(n: int = 16, size: int = 16, seed: int = 0) -> torch.Tensor:
     """Smooth random images (low-frequency noise upsampled): JPEG and blurs act on them as on photos."""
     g = torch.Generator().manual_seed(seed)
-    low = torch.rand(n, 3, size // 8, size // 8, generator=g)
+    low = torch.rand(n, 3, size // 4, size // 4, generator=g)
     return torch.nn.functional.interpolate(low, size=(size, size), mode="bilinear", align_corners=False).clamp(0, 1)
 
 
-def _loader(x: torch.Tensor, batch_size: int = 16) -> DataLoader:
+def _loader(x: torch.Tensor, batch_size: int = 8) -> DataLoader:
     return DataLoader(TensorDataset(x, torch.zeros(len(x), dtype=torch.long)), batch_size=batch_size)
 
 
@@ -62,7 +62,7 @@ def test_student_starts_at_teacher_and_teacher_is_frozen():
     # f' = f exactly at step 0 (BatchNorm statistics frozen): cos = 1 up to float32 round-off of the norms (~1e-6)
     assert float(out["l2"]) == pytest.approx(-1.0, abs=1e-5)
     before = {k: v.clone() for k, v in model.teacher.state_dict().items()}
-    _fit(model, _images(32), steps=4)
+    _fit(model, _images(16), steps=2)
     assert all(torch.equal(before[k], v) for k, v in model.teacher.state_dict().items()), "teacher changed"
     assert not model.teacher.training
 
@@ -70,19 +70,19 @@ def test_student_starts_at_teacher_and_teacher_is_frozen():
 def test_loss_decreases():
     """On a fixed batch with fixed perturbation draws (the validation generator), L1 + λ·L2 falls after training."""
     model = _model(lam=1.0, lr=1e-3)
-    x = _images(32)
+    x = _images(16)
     before = float(model._losses(x, "val", 0)["loss"])
-    _fit(model, x, steps=12)
+    _fit(model, x, steps=8)
     after = float(model._losses(x, "val", 0)["loss"])
     assert after < before - 1e-3, (before, after)
 
 
 def test_lambda_trades_robustness_for_utility():
     """λ = 0 drifts from the teacher (collapse direction); a large λ keeps the teacher cosine near 1."""
-    x = _images(32)
+    x = _images(16)
     free, tied = _model(lam=0.0, lr=3e-3), _model(lam=100.0, lr=3e-3)
-    _fit(free, x, steps=12)
-    _fit(tied, x, steps=12)
+    _fit(free, x, steps=8)
+    _fit(tied, x, steps=8)
     u_free, u_tied = _utility(free, x), _utility(tied, x)
     assert u_tied > 0.95, u_tied
     assert u_tied > u_free, (u_tied, u_free)
@@ -93,7 +93,7 @@ def test_lambda_trades_robustness_for_utility():
 
 def test_validation_logs_and_checkpoint_round_trip(tmp_path):
     model = _model(lam=1.0, lr=1e-3, perturbations=["jpeg_compression", "contrast"], k_sampling="image")
-    x = _images(32)
+    x = _images(16)
     trainer = L.Trainer(
         max_epochs=1,
         accelerator="cpu",
@@ -104,7 +104,7 @@ def test_validation_logs_and_checkpoint_round_trip(tmp_path):
         num_sanity_val_steps=0,
         log_every_n_steps=1,
     )
-    trainer.fit(model, _loader(x), _loader(x[:16], batch_size=8))
+    trainer.fit(model, _loader(x), _loader(x[:8], batch_size=4))
     logged = trainer.callback_metrics
     for key in ("train/l1", "train/l2", "train/loss", "val/l1", "val/l2", "val/utility", "val/pairwise_cos"):
         assert key in logged and torch.isfinite(logged[key]), key

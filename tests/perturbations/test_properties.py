@@ -150,6 +150,7 @@ def test_gaussian_noise_statistics():
         assert abs(float(e.std()) - k) <= 5 * k / (2 * n) ** 0.5
 
 
+@pytest.mark.slow  # glass blur's reference compiles its numba loop (~20 s)
 @pytest.mark.parametrize("name", RANDOM)
 def test_random_match_imagecorruptions_in_distribution(name):
     """Mean absolute change from the clean image, over R independent draws on each side, at the in-domain severity:
