@@ -68,8 +68,9 @@ def test_student_starts_at_teacher_and_teacher_is_frozen():
 
 
 def test_loss_decreases():
-    """On a fixed batch with fixed perturbation draws (the validation generator), L1 + λ·L2 falls after training."""
-    model = _model(lam=1.0, lr=1e-3)
+    """On a fixed batch with fixed perturbation draws (the validation generator), L1 + λ·L2 falls after training
+    (λ = 0.1: at step 0 L2 is at its optimum −1, so the decrease comes from L1)."""
+    model = _model(lam=0.1, lr=3e-3)
     x = _images(16)
     before = float(model._losses(x, "val", 0)["loss"])
     _fit(model, x, steps=8)
@@ -80,7 +81,7 @@ def test_loss_decreases():
 def test_lambda_trades_robustness_for_utility():
     """λ = 0 drifts from the teacher (collapse direction); a large λ keeps the teacher cosine near 1."""
     x = _images(16)
-    free, tied = _model(lam=0.0, lr=3e-3), _model(lam=100.0, lr=3e-3)
+    free, tied = _model(lam=0.0, lr=3e-4), _model(lam=100.0, lr=3e-4)
     _fit(free, x, steps=8)
     _fit(tied, x, steps=8)
     u_free, u_tied = _utility(free, x), _utility(tied, x)
