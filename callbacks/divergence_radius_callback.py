@@ -18,17 +18,17 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
 
 import lightning as L
 import torch
 from torch import Tensor, nn
 
-from callbacks.synbench_callback import weights_fingerprint
 from src.metrics.divergence_radius import robustness_metrics
 from src.perturbations import PERTURBATIONS
 from src.robustness.images import bundled_photos
 from src.utils.modes import eval_mode
+
+from ._monitor import BackboneMonitor
 
 __all__ = ["DivergenceRadiusCallback", "robustness_figure"]
 
@@ -56,7 +56,7 @@ def robustness_figure(values: dict[str, float], names: Sequence[str], title: str
     return fig
 
 
-class DivergenceRadiusCallback(L.Callback):
+class DivergenceRadiusCallback(BackboneMonitor):
     """Args (defaults equal ``configs/callbacks/divergence_radius.yaml``):
     every_n_epochs: compute at the end of every N-th training epoch (and after the last one).
     at_train_start: also compute once before training (logged at step 0).
@@ -89,8 +89,7 @@ class DivergenceRadiusCallback(L.Callback):
         log_figure: bool = True,
         images: Tensor | None = None,
     ) -> None:
-        if every_n_epochs < 1:
-            raise ValueError(f"every_n_epochs must be >= 1, got {every_n_epochs}")
+        super().__init__(every_n_epochs, feature_fn, skip_unchanged, "val", at_train_start)
         if num_images < 1 or image_size < 16:
             raise ValueError(f"need num_images >= 1 and image_size >= 16, got {num_images} and {image_size}")
         if m < 1:
@@ -103,33 +102,14 @@ class DivergenceRadiusCallback(L.Callback):
         unknown = [n for n in names if n not in PERTURBATIONS]
         if unknown or not names:
             raise ValueError(f"unknown perturbation(s) {unknown or names}; known: {', '.join(PERTURBATIONS)}")
-        self.every_n_epochs = int(every_n_epochs)
-        self.at_train_start = bool(at_train_start)
         self.num_images, self.image_size = int(num_images), int(image_size)
         self.m, self.mode, self.names = int(m), mode, names
         self.source, self.chunk_size, self.seed = source, int(chunk_size), int(seed)
-        self.feature_fn = feature_fn
-        self.skip_unchanged, self.log_figure = skip_unchanged, log_figure
+        self.log_figure = log_figure
         self.images = images
-        self._fingerprint: str | None = None
-        self.last: dict[str, float] = {}
-        self.history: list[tuple[int, dict[str, float]]] = []
-        self.computations = 0
         self.seconds = 0.0  # wall time spent computing (the callback's share of a run)
 
     # ------------------------------------------------------------------ pieces
-    def _encoder(self, pl_module: L.LightningModule) -> tuple[nn.Module, Callable[[Tensor], Tensor]]:
-        if self.feature_fn is not None:
-            owner = getattr(pl_module, "backbone", pl_module)
-            return owner, lambda x: self.feature_fn(pl_module, x)
-        backbone = getattr(pl_module, "backbone", None)
-        if backbone is None:
-            raise AttributeError(
-                f"{type(pl_module).__name__} has no `backbone` attribute: give DivergenceRadiusCallback(feature_fn="
-                "lambda module, x: module.encoder(x)) or expose the encoder as `self.backbone`"
-            )
-        return backbone, getattr(backbone, "embed", backbone)
-
     def _val_images(self, trainer: L.Trainer) -> Tensor | None:
         dm = getattr(trainer, "datamodule", None)
         if dm is None or not hasattr(dm, "val_dataloader"):
@@ -192,34 +172,6 @@ class DivergenceRadiusCallback(L.Callback):
             )  # fmt: skip
         return out
 
-    def _refresh(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        module, _ = self._encoder(pl_module)
-        fp = weights_fingerprint(module) if self.skip_unchanged else None
-        if fp is None or fp != self._fingerprint or not self.last:
-            self.last = self.compute(trainer, pl_module)
-            self._fingerprint = fp
-            self._log_figure(trainer)
-
-    # ------------------------------------------------------------------ hooks
-    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        if not self.at_train_start:
-            return
-        self._refresh(trainer, pl_module)
-        self.history.append((-1, dict(self.last)))
-        if trainer.global_rank == 0:  # self.log is not allowed in on_train_start: write to the loggers directly
-            for lg in trainer.loggers:
-                lg.log_metrics({f"val/{k}": v for k, v in self.last.items()}, step=trainer.global_step)
-
-    def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        epoch = trainer.current_epoch
-        last_epoch = trainer.max_epochs is not None and epoch + 1 >= trainer.max_epochs
-        if (epoch + 1) % self.every_n_epochs and not last_epoch:
-            return
-        self._refresh(trainer, pl_module)
-        self.history.append((epoch, dict(self.last)))
-        for key, value in self.last.items():
-            pl_module.log(f"val/{key}", value, on_step=False, on_epoch=True, sync_dist=False)
-
     def _log_figure(self, trainer: L.Trainer) -> None:
         if not self.log_figure or trainer.global_rank != 0:
             return
@@ -228,10 +180,3 @@ class DivergenceRadiusCallback(L.Callback):
             if hasattr(experiment, "add_figure"):
                 fig = robustness_figure(self.last, self.names, title=f"epoch {trainer.current_epoch}")
                 experiment.add_figure("val/divergence_radius/bars", fig, global_step=trainer.global_step, close=True)
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"fingerprint": self._fingerprint, "last": dict(self.last)}
-
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        self._fingerprint = state_dict.get("fingerprint")
-        self.last = dict(state_dict.get("last", {}))

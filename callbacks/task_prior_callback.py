@@ -19,7 +19,7 @@ from typing import Any
 
 import lightning as L
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from src.features import FeatureExtractor
 from src.metrics.task_prior import TaskPriorMoments
@@ -27,7 +27,7 @@ from src.taskprior import DEFAULT_BLOCK_SIZE, DEFAULT_EVAL_SCALE, DEFAULT_PRIOR_
 from src.utils.distributed import Shard, all_reduce_sum
 from src.utils.modes import eval_mode
 
-from .synbench_callback import weights_fingerprint
+from ._monitor import BackboneMonitor
 
 __all__ = ["TaskPriorCallback", "fixed_images"]
 
@@ -58,7 +58,7 @@ def fixed_images(source: str | Tensor, trainer: L.Trainer | None, num_images: in
     return images[: int(num_images)]
 
 
-class TaskPriorCallback(L.Callback):
+class TaskPriorCallback(BackboneMonitor):
     """Args:
     every_n_epochs: compute at the end of every N-th training epoch (and after the last one).
     temperature: T of the Task Prior (Thm 2.3).
@@ -72,6 +72,7 @@ class TaskPriorCallback(L.Callback):
     skip_unchanged: do not recompute when the backbone's weights did not change.
     max_batch: images per forward.
     prefix: log-name prefix (``val/task_prior``).
+    at_train_start: also compute once before training (logged at step 0).
     """
 
     def __init__(
@@ -90,45 +91,26 @@ class TaskPriorCallback(L.Callback):
         skip_unchanged: bool = True,
         max_batch: int = 256,
         prefix: str = "val/task_prior",
+        at_train_start: bool = False,
     ) -> None:
-        if every_n_epochs < 1:
-            raise ValueError(f"every_n_epochs must be >= 1, got {every_n_epochs}")
+        super().__init__(every_n_epochs, feature_fn, skip_unchanged, prefix, at_train_start)
         if prior_backbone is None and prior_features is None:
             raise ValueError("give prior_backbone (a registry name) or prior_features (N, D) for the fixed images")
         if int(num_images) < 2:
             raise ValueError(f"num_images must be >= 2, got {num_images}")
         # validate T, scales and block size now rather than at the first epoch end
         TaskPriorMoments(2, 1, 1, temperature, block_size=block_size, eval_scale=eval_scale, prior_scale=prior_scale)
-        self.every_n_epochs = int(every_n_epochs)
         self.temperature = float(temperature)
         self.prior_backbone = prior_backbone
         self.prior_features = prior_features
         self.images_source = images
         self.num_images, self.image_size = int(num_images), int(image_size)
-        self.feature_fn = feature_fn
         self.eval_scale, self.prior_scale, self.block_size = eval_scale, prior_scale, int(block_size)
-        self.skip_unchanged = skip_unchanged
         self.max_batch = int(max_batch)
-        self.prefix = prefix.rstrip("/")
         self._images: Tensor | None = None
         self._prior_share: Tensor | None = None  # prior features of this rank's share
-        self._fingerprint: str | None = None
-        self.last: dict[str, float] = {}
-        self.history: list[tuple[int, dict[str, float]]] = []
-        self.computations = 0
 
     # ------------------------------------------------------------------ pieces
-    def _encoder(self, pl_module: L.LightningModule) -> tuple[nn.Module, Callable[[Tensor], Tensor]]:
-        if self.feature_fn is not None:
-            return getattr(pl_module, "backbone", pl_module), lambda x: self.feature_fn(pl_module, x)
-        backbone = getattr(pl_module, "backbone", None)
-        if backbone is None:
-            raise AttributeError(
-                f"{type(pl_module).__name__} has no `backbone` attribute: give TaskPriorCallback(feature_fn=lambda "
-                "module, x: module.encoder(x)) or expose the encoder as `self.backbone`"
-            )
-        return backbone, getattr(backbone, "embed", backbone)
-
     def _share(self, trainer: L.Trainer) -> Tensor:
         assert self._images is not None
         shard = Shard(trainer.global_rank, trainer.world_size)
@@ -192,25 +174,3 @@ class TaskPriorCallback(L.Callback):
         d = 0 if z is None else int(z.shape[1])
         counts = all_reduce_sum(torch.tensor([float(d), 1.0 if d else 0.0], dtype=torch.float64))
         return int(round(float(counts[0]) / max(1.0, float(counts[1]))))
-
-    # ------------------------------------------------------------------ hooks
-    def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        epoch = trainer.current_epoch
-        last_epoch = trainer.max_epochs is not None and epoch + 1 >= trainer.max_epochs
-        if (epoch + 1) % self.every_n_epochs and not last_epoch:
-            return
-        module, _ = self._encoder(pl_module)
-        fp = weights_fingerprint(module) if self.skip_unchanged else None
-        if fp is None or fp != self._fingerprint or not self.last:
-            self.last = self.compute(trainer, pl_module)
-            self._fingerprint = fp
-        self.history.append((epoch, dict(self.last)))
-        for key, value in self.last.items():
-            pl_module.log(f"{self.prefix}/{key}", value, on_step=False, on_epoch=True, sync_dist=False)
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"fingerprint": self._fingerprint, "last": dict(self.last)}
-
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        self._fingerprint = state_dict.get("fingerprint")
-        self.last = dict(state_dict.get("last", {}))
