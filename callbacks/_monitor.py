@@ -60,7 +60,17 @@ class BackboneMonitor(L.Callback):
         return self.compute(trainer, pl_module)
 
     def _log_figure(self, trainer: L.Trainer) -> None:
-        """Optional: add a figure of ``self.last`` to the loggers (rank 0)."""
+        """Optional: add a figure of ``self.last`` to the loggers (rank 0), e.g. through :meth:`_add_figure`."""
+
+    @staticmethod
+    def _add_figure(trainer: L.Trainer, tag: str, make_figure: Callable[[], Any]) -> None:
+        """Add ``make_figure()`` under ``tag`` to every logger that takes figures (TensorBoard), on rank 0 only."""
+        if trainer.global_rank != 0:
+            return
+        for lg in trainer.loggers:
+            experiment = getattr(lg, "experiment", None)
+            if hasattr(experiment, "add_figure"):
+                experiment.add_figure(tag, make_figure(), global_step=trainer.global_step, close=True)
 
     # ------------------------------------------------------------------ pieces
     def _encoder(self, pl_module: L.LightningModule) -> tuple[nn.Module, Callable[[Tensor], Tensor]]:

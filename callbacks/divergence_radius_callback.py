@@ -173,10 +173,8 @@ class DivergenceRadiusCallback(BackboneMonitor):
         return out
 
     def _log_figure(self, trainer: L.Trainer) -> None:
-        if not self.log_figure or trainer.global_rank != 0:
-            return
-        for lg in trainer.loggers:
-            experiment = getattr(lg, "experiment", None)
-            if hasattr(experiment, "add_figure"):
-                fig = robustness_figure(self.last, self.names, title=f"epoch {trainer.current_epoch}")
-                experiment.add_figure("val/divergence_radius/bars", fig, global_step=trainer.global_step, close=True)
+        if self.log_figure:
+            title = f"epoch {trainer.current_epoch}"
+            self._add_figure(
+                trainer, "val/divergence_radius/bars", lambda: robustness_figure(self.last, self.names, title)
+            )

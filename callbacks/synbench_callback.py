@@ -85,10 +85,6 @@ class SynBenchCallback(BackboneMonitor):
         return self.compute(pl_module)
 
     def _log_figure(self, trainer: L.Trainer) -> None:
-        if not self.log_figure or trainer.global_rank != 0:
-            return
-        for lg in trainer.loggers:
-            experiment = getattr(lg, "experiment", None)
-            if hasattr(experiment, "add_figure"):
-                fig = self.result.figure(title=f"SynBench, epoch {trainer.current_epoch}")
-                experiment.add_figure(f"{self.prefix}/curves", fig, global_step=trainer.global_step, close=True)
+        if self.log_figure:
+            title = f"SynBench, epoch {trainer.current_epoch}"
+            self._add_figure(trainer, f"{self.prefix}/curves", lambda: self.result.figure(title=title))
