@@ -33,8 +33,9 @@ def brightness(x: Tensor, k: Tensor, generator: torch.Generator | None = None) -
 
 def contrast(x: Tensor, k: Tensor, generator: torch.Generator | None = None) -> Tensor:
     """Scale deviations from the per-image, per-channel mean by ``k``: ``(x − mean)·k + mean``, clipped."""
+    kk = k.view(-1, 1, 1, 1)
     mean = x.mean(dim=(2, 3), keepdim=True)
-    return ((x - mean) * k.view(-1, 1, 1, 1) + mean).clamp_(0.0, 1.0)
+    return torch.addcmul(mean * (1 - kk), x, kk).clamp_(0.0, 1.0)  # x·k + mean·(1 − k): two passes over x
 
 
 def gaussian_noise(x: Tensor, k: Tensor, generator: torch.Generator | None = None) -> Tensor:
@@ -46,4 +47,4 @@ def gaussian_noise(x: Tensor, k: Tensor, generator: torch.Generator | None = Non
 
 def noise_with(x: Tensor, k: Tensor, noise: Tensor) -> Tensor:
     """``clip(x + k·noise)`` for a given standard-normal ``noise`` tensor (the deterministic part, for tests)."""
-    return (x + k.view(-1, 1, 1, 1) * noise).clamp_(0.0, 1.0)
+    return torch.addcmul(x, noise, k.view(-1, 1, 1, 1)).clamp_(0.0, 1.0)

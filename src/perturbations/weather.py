@@ -27,39 +27,66 @@ FROST_FILES = ("frost1.png", "frost2.png", "frost3.png", "frost4.jpg", "frost5.j
 FROST_RESCALE = 1.1  # imagecorruptions enlarges the frost photo by 1.1 (more when the image is larger than it)
 
 
+def _plus_rolled(a: Tensor, dim: int, shift: int) -> Tensor:
+    """``a + torch.roll(a, shift, dim)`` for ``shift`` = ±1 without materialising the rolled copy."""
+    n = a.shape[dim]
+    out = torch.empty(a.shape, dtype=a.dtype, device=a.device)
+    if shift == -1:  # out[i] = a[i] + a[i + 1 mod n]
+        torch.add(a.narrow(dim, 0, n - 1), a.narrow(dim, 1, n - 1), out=out.narrow(dim, 0, n - 1))
+        torch.add(a.narrow(dim, n - 1, 1), a.narrow(dim, 0, 1), out=out.narrow(dim, n - 1, 1))
+    elif shift == 1:  # out[i] = a[i] + a[i - 1 mod n]
+        torch.add(a.narrow(dim, 1, n - 1), a.narrow(dim, 0, n - 1), out=out.narrow(dim, 1, n - 1))
+        torch.add(a.narrow(dim, 0, 1), a.narrow(dim, n - 1, 1), out=out.narrow(dim, 0, 1))
+    else:
+        raise ValueError(f"shift must be +1 or -1, got {shift}")
+    return out
+
+
 def plasma_fractal(
-    n: int, mapsize: int, wibbledecay: float, uniform: Callable[[tuple[int, ...]], Tensor], device=None
+    n: int,
+    mapsize: int,
+    wibbledecay: float,
+    uniform: Callable[[tuple[int, ...], float, float], Tensor],
+    device=None,
+    dtype: torch.dtype = torch.float32,
 ) -> Tensor:
     """Diamond-square height maps (N, S, S) in [0, 1], step for step as imagecorruptions' ``plasma_fractal``.
 
-    ``uniform(shape)`` returns U[0, 1) float64 draws of ``shape`` (N, a, b); they are consumed in the reference's order
-    (squares, then the two diamond sets, per scale), so feeding numpy's draws reproduces the reference exactly.
+    ``uniform(shape, low, high)`` returns U[low, high) draws of ``shape`` (N, a, b); they are consumed in the reference's order
+    (squares, then the two diamond sets, per scale), so feeding numpy's draws reproduces the reference exactly. Each
+    new point is ``mean of its 4 neighbours + wibble·U(−wibble, wibble)``. Computed in ``dtype`` (float32 by default:
+    the map's values stay below ~2·100² in magnitude and the result is rescaled to [0, 1], so float32's relative
+    round-off of ~(levels + 2)·u ≈ 1e-6 is far below one grey level).
     """
     if mapsize & (mapsize - 1):
         raise ValueError(f"mapsize must be a power of two, got {mapsize}")
-    m = torch.zeros(n, mapsize, mapsize, dtype=torch.float64, device=device)
+    # Polyphase form: ``grid`` holds the points known at the current step (positions (i·step, j·step)) contiguously;
+    # each round computes the square centres C, the points L = (i·step, j·step + half) and T = (i·step + half,
+    # j·step) from it, then interleaves G, L, T, C into the grid of the next step (no strided writes into the map).
+    grid = torch.zeros(n, 1, 1, dtype=dtype, device=device)
     step = mapsize
     wibble = 100.0
 
-    def wibbledmean(a: Tensor) -> Tensor:
-        return a / 4 + wibble * (-wibble + 2 * wibble * uniform(tuple(a.shape)).to(a.device))
+    def wibbledmean(total: Tensor) -> Tensor:
+        u = uniform(tuple(total.shape), -wibble * wibble, wibble * wibble).to(device=total.device, dtype=dtype)
+        return u.add_(total, alpha=0.25)
 
     while step >= 2:
-        half = step // 2
-        corner = m[:, 0:mapsize:step, 0:mapsize:step]
-        square = corner + torch.roll(corner, -1, dims=1)
-        square = square + torch.roll(square, -1, dims=2)
-        m[:, half:mapsize:step, half:mapsize:step] = wibbledmean(square)
-        dr = m[:, half:mapsize:step, half:mapsize:step]
-        ul = m[:, 0:mapsize:step, 0:mapsize:step]
-        lt = dr + torch.roll(dr, 1, dims=1) + ul + torch.roll(ul, -1, dims=2)
-        m[:, 0:mapsize:step, half:mapsize:step] = wibbledmean(lt)
-        tt = dr + torch.roll(dr, 1, dims=2) + ul + torch.roll(ul, -1, dims=1)
-        m[:, half:mapsize:step, 0:mapsize:step] = wibbledmean(tt)
+        ul = grid
+        dr = wibbledmean(_plus_rolled(_plus_rolled(ul, 1, -1), 2, -1))  # square centres
+        left = wibbledmean(
+            _plus_rolled(dr, 1, 1).add_(_plus_rolled(ul, 2, -1))
+        )  # dr + roll(dr,1,1) + ul + roll(ul,-1,2)
+        top = wibbledmean(
+            _plus_rolled(dr, 2, 1).add_(_plus_rolled(ul, 1, -1))
+        )  # dr + roll(dr,1,2) + ul + roll(ul,-1,1)
+        a, b = grid.shape[1:]
+        grid = torch.stack([torch.stack([ul, left], dim=-1), torch.stack([top, dr], dim=-1)], dim=2)
+        grid = grid.reshape(n, 2 * a, 2 * b)
         step //= 2
         wibble /= wibbledecay
-    m = m - m.amin(dim=(1, 2), keepdim=True)
-    return m / m.amax(dim=(1, 2), keepdim=True)
+    grid = grid.sub_(grid.amin(dim=(1, 2), keepdim=True))
+    return grid.div_(grid.amax(dim=(1, 2), keepdim=True))
 
 
 def fog_with(x: Tensor, k: Tensor, fractal: Tensor) -> Tensor:
@@ -68,15 +95,17 @@ def fog_with(x: Tensor, k: Tensor, fractal: Tensor) -> Tensor:
     n, c, h, w = x.shape
     kk = k.view(-1, 1, 1, 1).to(x.dtype)
     max_val = x.amax(dim=(1, 2, 3), keepdim=True)
-    y = x + kk * fractal[:, None, :h, :w].to(x.dtype)
-    return (y * max_val / (max_val + kk)).clamp_(0.0, 1.0)
+    y = torch.addcmul(x, fractal[:, None, :h, :w].to(x.dtype), kk)
+    return y.mul_(max_val / (max_val + kk)).clamp_(0.0, 1.0)
 
 
 def fog(x: Tensor, k: Tensor, generator: torch.Generator | None = None) -> Tensor:
     """Fog of density ``k`` (wibble decay 2); map size = next power of two >= max(H, W)."""
     n, _, h, w = x.shape
     size = next_power_of_2(max(h, w, 3))
-    fractal = plasma_fractal(n, size, FOG_WIBBLE_DECAY, lambda s: rand(s, generator, x), device=x.device)
+    fractal = plasma_fractal(
+        n, size, FOG_WIBBLE_DECAY, lambda s, lo, hi: rand(s, generator, x, lo, hi), device=x.device
+    )
     return fog_with(x, k, fractal)
 
 

@@ -87,7 +87,9 @@ def test_fog_same_draws(photo_u8, photo, severity):
     np.random.seed(seed)
     ref = _reference(photo_u8, "fog", severity)
     np.random.seed(seed)
-    fractal = plasma_fractal(1, 64, 2.0, lambda shape: torch.from_numpy(np.random.random_sample(shape[1:]))[None])
+    fractal = plasma_fractal(
+        1, 64, 2.0, lambda shape, lo, hi: torch.from_numpy(np.random.uniform(lo, hi, shape[1:]))[None]
+    )
     np.random.seed(seed)
     ref_fractal = imagecorruptions.corruptions.plasma_fractal(mapsize=64, wibbledecay=2.0)
     # the reference stores the map in float32 (relative round-off 6e-8 of values up to ~1e4 before normalisation)
