@@ -21,7 +21,7 @@ from functools import lru_cache
 import torch
 from torch import Tensor
 
-__all__ = ["rand", "randn", "randint", "CHUNK"]
+__all__ = ["rand", "randn", "randint", "rand_bits", "CHUNK"]
 
 CHUNK = 1 << 18  # values per chunk (1 MiB of float32): large enough that a chunk's fill dwarfs the thread hand-off
 _MASK = (1 << 64) - 1
@@ -91,3 +91,15 @@ def randint(low: int, high: int, shape: tuple[int, ...], generator: torch.Genera
     """Integers uniform in ``[low, high)`` of ``shape`` (int64) on ``like``'s device."""
     z = _fill(shape, torch.int64, generator, like, lambda t, g: t.random_(low, high, generator=g))
     return z.to(like.device)
+
+
+def rand_bits(shape: tuple[int, ...], generator: torch.Generator | None, like: Tensor) -> Tensor:
+    """Independent fair bits of ``shape`` (bool) on ``like``'s device: random bytes, unpacked 8 bits each (8x fewer
+    generator calls than one draw per value)."""
+    numel = 1
+    for s in shape:
+        numel *= int(s)
+    words = _fill(((numel + 7) // 8,), torch.uint8, generator, like, lambda t, g: t.random_(0, 256, generator=g))
+    shifts = torch.arange(8, dtype=torch.uint8, device=words.device)
+    bits = words[:, None].bitwise_right_shift(shifts).bitwise_and_(1)
+    return bits.view(-1)[:numel].view(shape).to(device=like.device, dtype=torch.bool)

@@ -10,7 +10,7 @@ import torch
 from torch import Tensor
 
 from ._filters import depthwise_filter2d, gaussian_kernel1d, separable_filter
-from ._random import randint
+from ._random import rand_bits
 
 __all__ = ["defocus_blur", "disk_kernels", "glass_blur", "glass_blur_with", "glass_offsets", "glass_shuffle"]
 
@@ -59,10 +59,9 @@ def _gaussian_blur(x: Tensor, sigma: Tensor) -> Tensor:
 def glass_offsets(
     n: int, h: int, w: int, generator: torch.Generator | None, like: Tensor, iterations: int = GLASS_ITERATIONS
 ) -> Tensor:
-    """Random source offsets (iterations, N, 2, H, W) as ``(dy, dx)``, uniform in ``[-max_delta, max_delta)``
-    (numpy's ``randint(-d, d)`` excludes ``d``)."""
-    d = GLASS_MAX_DELTA
-    return randint(-d, d, (iterations, n, 2, h, w), generator, like)
+    """Random source offsets (iterations, N, 2, H, W) int8 as ``(dy, dx)``, uniform in ``{-1, 0}`` (numpy's
+    ``randint(-d, d)`` for d = 1 excludes ``d``): one fair bit each."""
+    return rand_bits((iterations, n, 2, h, w), generator, like).to(torch.int8).neg_()
 
 
 def glass_blur_with(x: Tensor, k: Tensor, offsets: Tensor) -> Tensor:
@@ -80,16 +79,17 @@ def glass_blur_with(x: Tensor, k: Tensor, offsets: Tensor) -> Tensor:
 
 
 def glass_shuffle(y: Tensor, offsets: Tensor) -> Tensor:
-    """The pixel moves of glass blur for offsets (iterations, N, 2, H, W) ``(dy, dx)`` (see ``glass_blur_with``)."""
+    """The pixel moves of glass blur for integer offsets (iterations, N, 2, H, W) ``(dy, dx)`` in ``[-d, d)``
+    (see ``glass_blur_with``)."""
     n, c, h, w = y.shape
     d = GLASS_MAX_DELTA
     rows = torch.arange(h, device=y.device).view(h, 1)
     cols = torch.arange(w, device=y.device).view(1, w)
     visited = (rows >= d + 1) & (rows <= h - d) & (cols >= d + 1) & (cols <= w - d)  # (H, W)
+    here = rows * w + cols
     for it in range(offsets.shape[0]):
-        dy, dx = offsets[it, :, 0], offsets[it, :, 1]  # (N, H, W)
-        src = (rows + dy) * w + (cols + dx)
-        src = torch.where(visited, src, rows * w + cols)
+        move = offsets[it, :, 0].to(torch.int64) * w + offsets[it, :, 1]  # (N, H, W): dy·W + dx
+        src = move.mul_(visited).add_(here)
         flat = src.reshape(n, 1, h * w).expand(n, c, h * w)
         y = y.reshape(n, c, h * w).gather(2, flat).reshape(n, c, h, w)
     return y

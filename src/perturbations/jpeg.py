@@ -8,31 +8,59 @@ Quality is an integer: k is rounded to the nearest integer (Table 8 of Liu et al
 
 from __future__ import annotations
 
+import os
 import warnings
 
 import torch
 from torch import Tensor
 
+from ._random import _pool
+
 __all__ = ["jpeg_compression", "to_uint8"]
 
 
 def to_uint8(x: Tensor) -> Tensor:
-    """[0, 1] float -> uint8 by rounding (exact for images that came from uint8)."""
-    return (x * 255.0).round_().clamp_(0, 255).to(torch.uint8)
+    """[0, 1] float -> uint8 by rounding half up (exact for images that came from uint8): ``⌊255·x + 0.5⌋`` (one
+    fused multiply-add; the truncating cast does the floor)."""
+    return torch.addcmul(x.new_tensor(0.5), x, x.new_tensor(255.0)).clamp_(0.0, 255.0).to(torch.uint8)
+
+
+def _round_trip(images: list[Tensor], quality: int) -> list[Tensor]:
+    from torchvision.io import decode_jpeg, encode_jpeg
+
+    return decode_jpeg(encode_jpeg(images, quality=quality))
 
 
 def jpeg_compression(x: Tensor, k: Tensor, generator: torch.Generator | None = None) -> Tensor:
-    """Encode every image as JPEG at quality ``round(k)`` and decode it back."""
+    """Encode every image as JPEG at quality ``round(k)`` and decode it back.
+
+    Images are coded in ``torch.get_num_threads()`` contiguous groups on a thread pool (libjpeg runs outside the
+    GIL), one ``encode_jpeg`` / ``decode_jpeg`` call per group and quality.
+    """
     with warnings.catch_warnings():  # torchvision 0.29 deprecates torchvision.io in favour of torchcodec (not a dep)
         warnings.simplefilter("ignore", DeprecationWarning)
-        from torchvision.io import decode_jpeg, encode_jpeg
+        import torchvision.io  # noqa: F401  (import once, under the filter)
 
     quality = torch.round(k.to(torch.float64)).to(torch.int64).tolist()
     images = to_uint8(x.detach().cpu())
-    out = torch.empty_like(images)
+    jobs = []  # (indices, quality)
+    workers = max(1, min(torch.get_num_threads(), len(quality)))
     for q in sorted(set(quality)):
         sel = [i for i, qi in enumerate(quality) if qi == q]
-        encoded = encode_jpeg([images[i].contiguous() for i in sel], quality=int(q))
-        for i, img in zip(sel, decode_jpeg(encoded)):
-            out[i] = img
-    return (out.to(device=x.device, dtype=x.dtype) / 255.0).clamp_(0.0, 1.0)
+        step = -(-len(sel) // workers)
+        jobs += [(sel[j : j + step], q) for j in range(0, len(sel), step)]
+
+    def run(job: tuple[list[int], int]) -> list[Tensor]:
+        sel, q = job
+        return _round_trip([images[i] for i in sel], q)
+
+    if len(jobs) == 1:
+        results = [run(jobs[0])]
+    else:
+        results = list(_pool(workers, os.getpid()).map(run, jobs))
+    decoded: list[Tensor | None] = [None] * len(quality)
+    for (sel, _), out in zip(jobs, results):
+        for i, img in zip(sel, out):
+            decoded[i] = img
+    y = torch.mul(torch.stack(decoded), 1.0 / 255.0)  # type: ignore[arg-type]  # uint8 -> float32 in one pass
+    return y.to(device=x.device, dtype=x.dtype)

@@ -19,7 +19,7 @@ from torch import Tensor
 from ._filters import next_power_of_2
 from ._random import rand, randint
 
-__all__ = ["fog", "fog_with", "plasma_fractal", "frost", "frost_with", "frost_layers", "frost_images"]
+__all__ = ["fog", "fog_with", "plasma_fractal", "plasma_heights", "frost", "frost_with", "frost_layers", "frost_images"]
 
 FOG_WIBBLE_DECAY = 2.0  # imagecorruptions severities 1-2 (density 1.5, 2.0); severity 3+ use 1.7, 1.5, 1.4
 FROST_IMAGE_WEIGHT = 1.0  # imagecorruptions severity 1: (image 1.0, frost 0.4)
@@ -50,7 +50,29 @@ def plasma_fractal(
     device=None,
     dtype: torch.dtype = torch.float32,
 ) -> Tensor:
-    """Diamond-square height maps (N, S, S) in [0, 1], step for step as imagecorruptions' ``plasma_fractal``.
+    """Diamond-square height maps (N, S, S) rescaled to [0, 1], step for step as imagecorruptions'
+    ``plasma_fractal`` (see :func:`plasma_heights` for the draws and the precision)."""
+    heights = plasma_heights(n, mapsize, wibbledecay, uniform, device, dtype)
+    lo, span = _min_span(heights)
+    return heights.sub_(lo).div_(span)
+
+
+def _min_span(heights: Tensor) -> tuple[Tensor, Tensor]:
+    flat = heights.flatten(1)  # (torch.aminmax along a dim is ~7x slower than amin + amax on CPU)
+    lo, hi = flat.amin(dim=1), flat.amax(dim=1)
+    return lo.view(-1, 1, 1), (hi - lo).view(-1, 1, 1)
+
+
+def plasma_heights(
+    n: int,
+    mapsize: int,
+    wibbledecay: float,
+    uniform: Callable[[tuple[int, ...], float, float], Tensor],
+    device=None,
+    dtype: torch.dtype = torch.float32,
+) -> Tensor:
+    """Diamond-square height maps (N, S, S) before the rescaling to [0, 1], step for step as imagecorruptions'
+    ``plasma_fractal``.
 
     ``uniform(shape, low, high)`` returns U[low, high) draws of ``shape`` (N, a, b); they are consumed in the reference's order
     (squares, then the two diamond sets, per scale), so feeding numpy's draws reproduces the reference exactly. Each
@@ -80,33 +102,67 @@ def plasma_fractal(
         top = wibbledmean(
             _plus_rolled(dr, 2, 1).add_(_plus_rolled(ul, 1, -1))
         )  # dr + roll(dr,1,2) + ul + roll(ul,-1,1)
-        a, b = grid.shape[1:]
-        grid = torch.stack([torch.stack([ul, left], dim=-1), torch.stack([top, dr], dim=-1)], dim=2)
-        grid = grid.reshape(n, 2 * a, 2 * b)
+        a, b = grid.shape[1:]  # next grid[2i + p, 2j + q] = (ul, left, top, dr)[2p + q][i, j]
+        grid = torch.stack([ul, left, top, dr]).view(2, 2, n, a, b).permute(2, 3, 0, 4, 1).reshape(n, 2 * a, 2 * b)
         step //= 2
         wibble /= wibbledecay
-    grid = grid.sub_(grid.amin(dim=(1, 2), keepdim=True))
-    return grid.div_(grid.amax(dim=(1, 2), keepdim=True))
+    return grid
 
 
 def fog_with(x: Tensor, k: Tensor, fractal: Tensor) -> Tensor:
     """``clip((x + k·F) · max(x) / (max(x) + k))`` with the fractal ``F`` (N, S, S) cropped to the image, shared by
     the channels; ``max(x)`` over the whole image."""
+    ones = torch.ones(x.shape[0], 1, 1, dtype=x.dtype, device=x.device)
+    return _fog_blend(x, k, fractal, 0 * ones, ones)
+
+
+def _fog_blend(x: Tensor, k: Tensor, heights: Tensor, lo: Tensor, span: Tensor) -> Tensor:
+    """``fog_with`` for the unscaled heights ``H`` with ``F = (H − lo)/span``, folded into two passes over the image:
+    ``y = x·r + (k·r/span)·H − k·r·lo/span`` with ``r = max(x)/(max(x) + k)``, then the clip."""
     n, c, h, w = x.shape
     kk = k.view(-1, 1, 1, 1).to(x.dtype)
     max_val = x.amax(dim=(1, 2, 3), keepdim=True)
-    y = torch.addcmul(x, fractal[:, None, :h, :w].to(x.dtype), kk)
-    return y.mul_(max_val / (max_val + kk)).clamp_(0.0, 1.0)
+    r = max_val / (max_val + kk)
+    scale = kk * r / span.view(-1, 1, 1, 1).to(x.dtype)
+    y = torch.addcmul(-scale * lo.view(-1, 1, 1, 1).to(x.dtype), x, r)
+    return y.addcmul_(heights[:, None, :h, :w].to(x.dtype), scale).clamp_(0.0, 1.0)
+
+
+def _symmetric_uniform_source(
+    n: int, mapsize: int, generator: torch.Generator | None, like: Tensor
+) -> Callable[[tuple[int, ...], float, float], Tensor]:
+    """A ``uniform(shape, -c, c)`` for :func:`plasma_heights` that serves consecutive slices of one U[−1, 1) draw
+    made up front (3·N·(1 + 4 + … + (S/2)²) values): one parallel fill instead of 3·log2(S) small ones interleaved
+    with the arithmetic (measured 20 % faster for 32 maps of 256²)."""
+    total, side = 0, 1
+    while side < mapsize:
+        total += 3 * n * side * side
+        side *= 2
+    buf = rand((total,), generator, like, -1.0, 1.0)
+    pos = 0
+
+    def uniform(shape: tuple[int, ...], low: float, high: float) -> Tensor:
+        nonlocal pos
+        if low != -high:
+            raise ValueError(f"this source draws symmetric ranges only, got [{low}, {high})")
+        size = 1
+        for d in shape:
+            size *= int(d)
+        out = buf[pos : pos + size].view(shape).mul_(high)
+        pos += size
+        return out
+
+    return uniform
 
 
 def fog(x: Tensor, k: Tensor, generator: torch.Generator | None = None) -> Tensor:
     """Fog of density ``k`` (wibble decay 2); map size = next power of two >= max(H, W)."""
     n, _, h, w = x.shape
     size = next_power_of_2(max(h, w, 3))
-    fractal = plasma_fractal(
-        n, size, FOG_WIBBLE_DECAY, lambda s, lo, hi: rand(s, generator, x, lo, hi), device=x.device
+    heights = plasma_heights(
+        n, size, FOG_WIBBLE_DECAY, _symmetric_uniform_source(n, size, generator, x), device=x.device
     )
-    return fog_with(x, k, fractal)
+    return _fog_blend(x, k, heights, *_min_span(heights))
 
 
 def _frost_dir() -> Path:
