@@ -17,7 +17,7 @@ import lightning as L
 import torch
 from torch import Tensor, nn
 
-__all__ = ["BackboneMonitor", "weights_fingerprint"]
+__all__ = ["BackboneMonitor", "first_val_images", "weights_fingerprint"]
 
 
 def weights_fingerprint(module: nn.Module) -> str:
@@ -27,6 +27,28 @@ def weights_fingerprint(module: nn.Module) -> str:
         h.update(name.encode())
         h.update(t.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")
     return h.hexdigest()
+
+
+def first_val_images(trainer: L.Trainer | None, n: int) -> Tensor | None:
+    """The first ``n`` images of the trainer's data module's validation set as one float tensor (N, C, H, W), or
+    None when there is no data module, no validation set, or it is empty. Dataset items may be ``(x, ...)`` tuples,
+    ``{"image": x, ...}`` dicts or bare tensors; the set is the dataset's first items, so it is the same on every
+    rank and every epoch."""
+    dm = getattr(trainer, "datamodule", None)
+    dataset = getattr(dm, "val_dataset", None)
+    if dataset is None and dm is not None and hasattr(dm, "val_dataloader"):
+        try:
+            dataset = dm.val_dataloader().dataset
+        except Exception:  # a data module without a validation split
+            dataset = None
+    if dataset is None or len(dataset) == 0:
+        return None
+    items = [dataset[i] for i in range(min(int(n), len(dataset)))]
+    xs = [
+        item[0] if isinstance(item, (tuple, list)) else item["image"] if isinstance(item, dict) else item
+        for item in items
+    ]
+    return torch.stack([torch.as_tensor(x) for x in xs]).float()
 
 
 class BackboneMonitor(L.Callback):

@@ -28,7 +28,7 @@ from src.perturbations import PERTURBATIONS
 from src.robustness.images import bundled_photos
 from src.utils.modes import eval_mode
 
-from ._monitor import BackboneMonitor
+from ._monitor import BackboneMonitor, first_val_images
 
 __all__ = ["DivergenceRadiusCallback", "robustness_figure"]
 
@@ -110,24 +110,10 @@ class DivergenceRadiusCallback(BackboneMonitor):
         self.seconds = 0.0  # wall time spent computing (the callback's share of a run)
 
     # ------------------------------------------------------------------ pieces
-    def _val_images(self, trainer: L.Trainer) -> Tensor | None:
-        dm = getattr(trainer, "datamodule", None)
-        if dm is None or not hasattr(dm, "val_dataloader"):
-            return None
-        try:
-            dataset = dm.val_dataloader().dataset
-            n = min(self.num_images, len(dataset))
-        except Exception:  # a data module without a validation split
-            return None
-        if n == 0:
-            return None
-        xs = [dataset[i][0] for i in range(n)]
-        return torch.stack([torch.as_tensor(x) for x in xs]).float()
-
     def probe_images(self, trainer: L.Trainer) -> Tensor:
         """The fixed probe set (built once, identical on every rank)."""
         if self.images is None:
-            x = self._val_images(trainer) if self.source in ("auto", "val") else None
+            x = first_val_images(trainer, self.num_images) if self.source in ("auto", "val") else None
             if x is None and self.source == "val":
                 raise ValueError(
                     "DivergenceRadiusCallback(source='val'): the data module has no validation images; "

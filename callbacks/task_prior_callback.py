@@ -27,7 +27,7 @@ from src.taskprior import DEFAULT_BLOCK_SIZE, DEFAULT_EVAL_SCALE, DEFAULT_PRIOR_
 from src.utils.distributed import Shard, all_reduce_sum
 from src.utils.modes import eval_mode
 
-from ._monitor import BackboneMonitor
+from ._monitor import BackboneMonitor, first_val_images
 
 __all__ = ["TaskPriorCallback", "fixed_images"]
 
@@ -42,15 +42,12 @@ def fixed_images(source: str | Tensor, trainer: L.Trainer | None, num_images: in
 
         images = upsample_digits(load_digits_tensors()[0][:num_images], int(image_size)).contiguous()
     elif source == "val":
-        dm = getattr(trainer, "datamodule", None)
-        dataset = getattr(dm, "val_dataset", None)
-        if dataset is None:
+        images = first_val_images(trainer, num_images)
+        if images is None:
             raise AttributeError(
                 "TaskPriorCallback(images='val') needs a datamodule with a val_dataset; use images='digits' or pass "
                 "an image tensor"
             )
-        items = [dataset[i] for i in range(min(int(num_images), len(dataset)))]
-        images = torch.stack([item[0] if isinstance(item, (tuple, list)) else item["image"] for item in items])
     else:
         raise ValueError(f"images must be 'val', 'digits' or an (N, 3, H, W) tensor, got {source!r}")
     if images.dim() != 4 or images.shape[0] < 2:

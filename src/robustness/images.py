@@ -1,5 +1,5 @@
-"""A fixed probe set of real photos that load offline (scikit-image and scikit-learn sample images), for
-DivergenceRadius when a data module has no validation images to offer."""
+"""A fixed probe set of real photos that load offline (``src.utils.photos``: scikit-image and scikit-learn sample
+images), for DivergenceRadius when a data module has no validation images to offer."""
 
 from __future__ import annotations
 
@@ -9,36 +9,31 @@ import numpy as np
 import torch
 from torch import Tensor
 
-__all__ = ["bundled_photos", "PHOTO_NAMES"]
+from src.utils.photos import load_photo
 
-PHOTO_NAMES = ("astronaut", "chelsea", "coffee", "rocket", "immunohistochemistry", "hubble_deep_field", "camera")
+__all__ = ["bundled_photos", "PROBE_PHOTOS"]
+
+PROBE_PHOTOS = (
+    "astronaut", "chelsea", "coffee", "rocket", "immunohistochemistry", "hubble_deep_field", "camera", "china", "flower"
+)  # fmt: skip
 
 
 @lru_cache(maxsize=1)
-def _sources() -> tuple[np.ndarray, ...]:
-    import skimage.data
-    from sklearn.datasets import load_sample_images
-
-    out = []
-    for name in PHOTO_NAMES:
-        img = np.asarray(getattr(skimage.data, name)())
-        if img.ndim == 2:
-            img = np.repeat(img[..., None], 3, axis=-1)
-        out.append(img[..., :3])
-    out.extend(np.asarray(im)[..., :3] for im in load_sample_images().images)
-    return tuple(out)
+def _sources() -> tuple[Tensor, ...]:
+    return tuple(load_photo(name) for name in PROBE_PHOTOS)
 
 
 def bundled_photos(n: int = 32, size: int = 64, seed: int = 0) -> Tensor:
-    """``n`` images (n, 3, size, size) float in [0, 1]: seeded random square crops (side 50–100 % of the photo's
-    short side) of the 9 offline sample photos in turn, resized with antialiasing. Deterministic in (n, size, seed)."""
+    """``n`` images (n, 3, size, size) float in [0, 1], cycling through the 9 photos of ``PROBE_PHOTOS``: the first
+    9 are squares of the photo's whole short side, later ones squares of 50–100 % of it, all at seeded random
+    positions, resized with antialiasing. Deterministic in (n, size, seed)."""
     if n < 1 or size < 1:
         raise ValueError(f"need n >= 1 images of size >= 1, got n={n}, size={size}")
     photos = _sources()
     rng = np.random.default_rng(seed)
     out = []
     for i in range(n):
-        img = torch.from_numpy(np.array(photos[i % len(photos)])).permute(2, 0, 1).float() / 255.0
+        img = photos[i % len(photos)]
         h, w = img.shape[1:]
         side = int(min(h, w) * (0.5 + 0.5 * rng.random())) if i >= len(photos) else min(h, w)
         top, left = int(rng.integers(0, h - side + 1)), int(rng.integers(0, w - side + 1))
