@@ -1,7 +1,7 @@
 """Draw docs/figures/robust_finetune_lambda.png from a λ × seed multirun of ``experiment=robust_finetune``.
 
-    python -m src.train -m experiment=robust_finetune model.lam=0,1,10 seed=0,1 hydra.sweep.dir=<DIR>
-    python docs/figures/robust_finetune_lambda.py <DIR>
+python -m src.train -m experiment=robust_finetune model.lam=0,1,10 seed=0,1 hydra.sweep.dir=<DIR>
+python docs/figures/robust_finetune_lambda.py <DIR>
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ import sys
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import yaml  # noqa: E402
-from tensorboard.backend.event_processing.event_accumulator import EventAccumulator  # noqa: E402
+import matplotlib.pyplot as plt
+import yaml
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 PANELS = (
     ("val/utility", "teacher cosine (utility) ↑"),
