@@ -66,7 +66,7 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=32)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
-    ap.add_argument("--names", nargs="+", default=list(PERTURBATIONS))
+    ap.add_argument("--names", nargs="+", default=list(PERTURBATIONS), choices=list(PERTURBATIONS), metavar="NAME")
     ap.add_argument("--malloc", choices=["keep", "default"], default="keep")
     args = ap.parse_args()
     if args.malloc == "keep":
