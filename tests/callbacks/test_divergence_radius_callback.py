@@ -14,6 +14,7 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from callbacks import DivergenceRadiusCallback
+from tests._lightning import quiet_trainer
 from tests._multiprocess import run_in_processes
 
 NAMES = ["brightness", "gaussian_noise"]
@@ -53,16 +54,8 @@ def _loader() -> DataLoader:
 
 
 def _trainer(tmp_path: Path, cb: DivergenceRadiusCallback, epochs: int = 2) -> L.Trainer:
-    return L.Trainer(
-        max_epochs=epochs,
-        accelerator="cpu",
-        logger=L.pytorch.loggers.TensorBoardLogger(str(tmp_path)),
-        callbacks=[cb],
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        log_every_n_steps=1,
-    )
+    logger = L.pytorch.loggers.TensorBoardLogger(str(tmp_path))
+    return quiet_trainer(max_epochs=epochs, logger=logger, callbacks=[cb], log_every_n_steps=1)
 
 
 def _cb(**kw) -> DivergenceRadiusCallback:

@@ -13,6 +13,7 @@ from callbacks.synbench_callback import callback_budget, weights_fingerprint
 from src.metrics.synbench_score import scores_of
 from src.synbench import SynBenchConfig, synbench
 from src.synbench.defaults import CONFIGS
+from tests._lightning import quiet_trainer
 
 BUDGET = dict(
     s_values=(0.5, 1.0, 2.0, 3.0),
@@ -60,16 +61,7 @@ def _loader() -> DataLoader:
 
 
 def _fit(model, cb, epochs=3, logger=False):
-    trainer = L.Trainer(
-        max_epochs=epochs,
-        accelerator="cpu",
-        logger=logger,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        callbacks=[cb],
-        log_every_n_steps=1,
-    )
+    trainer = quiet_trainer(max_epochs=epochs, logger=logger, callbacks=[cb], log_every_n_steps=1)
     trainer.fit(model, _loader())
     return trainer
 

@@ -11,6 +11,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from callbacks import TaskPriorCallback
 from src.taskprior import task_prior_moments
+from tests._lightning import quiet_trainer
 
 U64 = np.finfo(np.float64).eps
 
@@ -56,15 +57,7 @@ def test_logs_the_closed_form_moments_of_the_trained_backbone() -> None:
     cb = TaskPriorCallback(every_n_epochs=1, temperature=0.5, prior_backbone=None, prior_features=prior, images=images)
     x, y = _data()
     model = TinyModule()
-    trainer = L.Trainer(
-        max_epochs=2,
-        accelerator="cpu",
-        callbacks=[cb],
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-    )
+    trainer = quiet_trainer(max_epochs=2, callbacks=[cb])
     trainer.fit(model, DataLoader(TensorDataset(x, y), batch_size=8))
     assert [e for e, _ in cb.history] == [0, 1] and cb.computations == 2  # weights change every epoch
     assert model.backbone.training  # the callback restored train mode

@@ -13,6 +13,7 @@ from torch.utils.data import RandomSampler
 
 import src.data.common as common
 from src.data import DigitsDataModule, IndexedDataset, SeededRandomSampler, stratified_split
+from tests._lightning import quiet_trainer
 
 
 @pytest.fixture(scope="module")
@@ -142,17 +143,7 @@ class _Recorder(L.LightningModule):
 
 
 def _trainer(tmp_path, max_epochs: int) -> L.Trainer:
-    return L.Trainer(
-        max_epochs=max_epochs,
-        accelerator="cpu",
-        devices=1,
-        logger=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        enable_checkpointing=False,
-        default_root_dir=tmp_path,
-        limit_val_batches=0,
-    )
+    return quiet_trainer(max_epochs=max_epochs, devices=1, default_root_dir=tmp_path, limit_val_batches=0)
 
 
 @pytest.mark.filterwarnings("ignore:You passed in a `val_dataloader`")

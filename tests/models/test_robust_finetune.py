@@ -3,7 +3,6 @@ the teacher stays frozen, layer selection, checkpoints, bad input."""
 
 from __future__ import annotations
 
-import lightning as L
 import pytest
 import torch
 from torch.utils.data import DataLoader, TensorDataset
@@ -12,6 +11,7 @@ from src.backbones import create_backbone
 from src.models import PerturbationRobustFineTune
 from src.models.robust_finetune import select_trainable
 from src.utils.checkpoint import load_module
+from tests._lightning import quiet_trainer
 
 TINY = {"name": "timm:test_efficientnet", "pretrained": False}
 
@@ -35,16 +35,7 @@ def _model(**kw) -> PerturbationRobustFineTune:
 
 
 def _fit(model, x, steps: int) -> None:
-    L.Trainer(
-        max_steps=steps,
-        accelerator="cpu",
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        num_sanity_val_steps=0,
-        limit_val_batches=0,
-    ).fit(model, _loader(x))
+    quiet_trainer(max_steps=steps, num_sanity_val_steps=0, limit_val_batches=0).fit(model, _loader(x))
 
 
 def _utility(model, x) -> float:
@@ -95,16 +86,7 @@ def test_lambda_trades_robustness_for_utility():
 def test_validation_logs_and_checkpoint_round_trip(tmp_path):
     model = _model(lam=1.0, lr=1e-3, perturbations=["jpeg_compression", "contrast"], k_sampling="image")
     x = _images(16)
-    trainer = L.Trainer(
-        max_epochs=1,
-        accelerator="cpu",
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        num_sanity_val_steps=0,
-        log_every_n_steps=1,
-    )
+    trainer = quiet_trainer(max_epochs=1, num_sanity_val_steps=0, log_every_n_steps=1)
     trainer.fit(model, _loader(x), _loader(x[:8], batch_size=4))
     logged = trainer.callback_metrics
     for key in ("train/l1", "train/l2", "train/loss", "val/l1", "val/l2", "val/utility", "val/pairwise_cos"):

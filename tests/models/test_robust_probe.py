@@ -9,6 +9,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from src.backbones import create_backbone
 from src.models import RobustLinearProbe
+from tests._lightning import quiet_trainer
 
 
 class _Toy(Dataset):
@@ -35,17 +36,7 @@ def _probe(**kw) -> RobustLinearProbe:
 
 
 def _trainer(epochs: int = 2, **kw) -> L.Trainer:
-    return L.Trainer(
-        max_epochs=epochs,
-        accelerator="cpu",
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        inference_mode=False,
-        num_sanity_val_steps=0,
-        **kw,
-    )
+    return quiet_trainer(max_epochs=epochs, inference_mode=False, num_sanity_val_steps=0, **kw)
 
 
 def test_backbone_stays_frozen_and_in_eval_mode() -> None:

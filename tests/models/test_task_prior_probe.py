@@ -18,20 +18,13 @@ from src.features import FeatureExtractor
 from src.models import TaskPriorProbe
 from src.models.task_prior_probe import dataset_features
 from src.taskprior import task_prior_moments
+from tests._lightning import quiet_trainer
 
 TINY = {"name": "timm:test_efficientnet", "pretrained": False}
 
 
 def _trainer(epochs: int) -> L.Trainer:
-    return L.Trainer(
-        max_epochs=epochs,
-        accelerator="cpu",
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        num_sanity_val_steps=0,
-    )
+    return quiet_trainer(max_epochs=epochs, num_sanity_val_steps=0)
 
 
 def test_fit_on_digits_logs_accuracies_and_moments(tmp_path) -> None:
