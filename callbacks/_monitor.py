@@ -29,6 +29,15 @@ def weights_fingerprint(module: nn.Module) -> str:
     return h.hexdigest()
 
 
+def _image_of(item: Any) -> Any:
+    """The image of a dataset item: ``item[0]`` of a tuple/list, ``item["image"]`` of a dict, else the item."""
+    if isinstance(item, (tuple, list)):
+        return item[0]
+    if isinstance(item, dict):
+        return item["image"]
+    return item
+
+
 def first_val_images(trainer: L.Trainer | None, n: int) -> Tensor | None:
     """The first ``n`` images of the trainer's data module's validation set as one float tensor (N, C, H, W), or
     None when there is no data module, no validation set, or it is empty. Dataset items may be ``(x, ...)`` tuples,
@@ -43,11 +52,7 @@ def first_val_images(trainer: L.Trainer | None, n: int) -> Tensor | None:
             dataset = None
     if dataset is None or len(dataset) == 0:
         return None
-    items = [dataset[i] for i in range(min(int(n), len(dataset)))]
-    xs = [
-        item[0] if isinstance(item, (tuple, list)) else item["image"] if isinstance(item, dict) else item
-        for item in items
-    ]
+    xs = [_image_of(dataset[i]) for i in range(min(int(n), len(dataset)))]
     return torch.stack([torch.as_tensor(x) for x in xs]).float()
 
 

@@ -14,14 +14,18 @@ in every image dtype. CUDA generators fill the whole tensor at once (already par
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from functools import lru_cache
+from typing import TypeVar
 
 import torch
 from torch import Tensor
 
-__all__ = ["rand", "randn", "randint", "rand_bits", "CHUNK"]
+__all__ = ["rand", "randn", "randint", "rand_bits", "parallel_map", "CHUNK"]
+
+T = TypeVar("T")
+R = TypeVar("R")
 
 CHUNK = 1 << 18  # values per chunk (1 MiB of float32): large enough that a chunk's fill dwarfs the thread hand-off
 _MASK = (1 << 64) - 1
@@ -39,6 +43,15 @@ def _splitmix64(z: int) -> int:
 def _pool(workers: int, pid: int) -> ThreadPoolExecutor:
     """One pool per process (keyed by pid: a pool inherited through fork has no threads in the child)."""
     return ThreadPoolExecutor(max_workers=workers, thread_name_prefix="repbench-rng")
+
+
+def parallel_map(fn: Callable[[T], R], items: Sequence[T], workers: int) -> list[R]:
+    """``[fn(i) for i in items]`` on up to ``workers`` threads of this process's pool (serially for one worker or
+    one item). For work that releases the GIL (torch fills, libjpeg)."""
+    workers = min(workers, len(items))
+    if workers <= 1:
+        return [fn(i) for i in items]
+    return list(_pool(workers, os.getpid()).map(fn, items))
 
 
 def _device(generator: torch.Generator | None, like: Tensor) -> torch.device:
@@ -65,12 +78,7 @@ def _fill(
     def one(i: int) -> None:
         fill(flat[i * CHUNK : (i + 1) * CHUNK], torch.Generator().manual_seed(_splitmix64(base + i)))
 
-    workers = min(torch.get_num_threads(), n_chunks)
-    if workers <= 1:
-        for i in range(n_chunks):
-            one(i)
-    else:
-        list(_pool(workers, os.getpid()).map(one, range(n_chunks)))
+    parallel_map(one, range(n_chunks), torch.get_num_threads())
     return out
 
 

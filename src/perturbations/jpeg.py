@@ -8,13 +8,14 @@ Quality is an integer: k is rounded to the nearest integer (Table 8 of Liu et al
 
 from __future__ import annotations
 
-import os
 import warnings
+from collections.abc import Callable
+from functools import lru_cache
 
 import torch
 from torch import Tensor
 
-from ._random import _pool
+from ._random import parallel_map
 
 __all__ = ["jpeg_compression", "to_uint8"]
 
@@ -25,10 +26,19 @@ def to_uint8(x: Tensor) -> Tensor:
     return torch.addcmul(x.new_tensor(0.5), x, x.new_tensor(255.0)).clamp_(0.0, 255.0).to(torch.uint8)
 
 
-def _round_trip(images: list[Tensor], quality: int) -> list[Tensor]:
-    from torchvision.io import decode_jpeg, encode_jpeg
+@lru_cache(maxsize=1)
+def _codec() -> tuple[Callable, Callable]:
+    """torchvision's ``encode_jpeg``, ``decode_jpeg`` (imported once: torchvision 0.29 deprecates torchvision.io in
+    favour of torchcodec, which is not a dependency)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        from torchvision.io import decode_jpeg, encode_jpeg
+    return encode_jpeg, decode_jpeg
 
-    return decode_jpeg(encode_jpeg(images, quality=quality))
+
+def _round_trip(images: list[Tensor], quality: int) -> list[Tensor]:
+    encode, decode = _codec()
+    return decode(encode(images, quality=quality))
 
 
 def jpeg_compression(x: Tensor, k: Tensor, generator: torch.Generator | None = None) -> Tensor:
@@ -37,10 +47,6 @@ def jpeg_compression(x: Tensor, k: Tensor, generator: torch.Generator | None = N
     Images are coded in ``torch.get_num_threads()`` contiguous groups on a thread pool (libjpeg runs outside the
     GIL), one ``encode_jpeg`` / ``decode_jpeg`` call per group and quality.
     """
-    with warnings.catch_warnings():  # torchvision 0.29 deprecates torchvision.io in favour of torchcodec (not a dep)
-        warnings.simplefilter("ignore", DeprecationWarning)
-        import torchvision.io  # noqa: F401  (import once, under the filter)
-
     quality = torch.round(k.to(torch.float64)).to(torch.int64).tolist()
     images = to_uint8(x.detach().cpu())
     jobs = []  # (indices, quality)
@@ -54,10 +60,7 @@ def jpeg_compression(x: Tensor, k: Tensor, generator: torch.Generator | None = N
         sel, q = job
         return _round_trip([images[i] for i in sel], q)
 
-    if len(jobs) == 1:
-        results = [run(jobs[0])]
-    else:
-        results = list(_pool(workers, os.getpid()).map(run, jobs))
+    results = parallel_map(run, jobs, workers)
     decoded: list[Tensor | None] = [None] * len(quality)
     for (sel, _), out in zip(jobs, results):
         for i, img in zip(sel, out):
