@@ -12,7 +12,7 @@ from __future__ import annotations
 import importlib
 import inspect
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,6 +21,8 @@ import pytest
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import OmegaConf, open_dict
+
+from src.models.base import _plain  # Mappings -> dict, tuples -> list, recursively
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 
@@ -101,14 +103,6 @@ CASES = [
         wiring={**_BACKBONE, "results_file": "a file in the run's output folder"},
     ),
 ]
-
-
-def _plain(value: Any) -> Any:
-    if isinstance(value, Mapping):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    return value
 
 
 def _equal(a: Any, b: Any) -> bool:
