@@ -1,8 +1,8 @@
-"""Lightning callbacks that monitor a backbone during anyone's training."""
+"""Repository shortcut: ``from callbacks import SynBenchCallback`` from the repository root.
 
-from .checkpointing import ExceptionCheckpoint
-from .divergence_radius_callback import DivergenceRadiusCallback
-from .synbench_callback import SynBenchCallback
-from .task_prior_callback import TaskPriorCallback
+The callbacks live in ``src/callbacks/`` (installed: ``repbench.callbacks``); this package only re-exports them, so
+there is one implementation whichever way they are imported.
+"""
 
-__all__ = ["DivergenceRadiusCallback", "ExceptionCheckpoint", "SynBenchCallback", "TaskPriorCallback"]
+from src.callbacks import *  # noqa: F403
+from src.callbacks import __all__  # noqa: F401

@@ -20,11 +20,12 @@ import torch
 from hydra.utils import instantiate
 from omegaconf import DictConfig
 
-from src.models.base import unpack_batch
-from src.utils import format_eps
-from src.utils.allocator import keep_freed_memory
-from src.utils.checkpoint import load_module, module_class, read_checkpoint
-from src.utils.hydra_utils import instantiate_list, log_config, to_container
+from .models.base import unpack_batch
+from .utils import format_eps
+from .utils.allocator import keep_freed_memory
+from .utils.checkpoint import load_module, module_class, read_checkpoint
+from .utils.hydra_utils import instantiate_list, log_config, to_container
+from .utils.resources import config_dir
 
 log = logging.getLogger("repbench")
 
@@ -72,7 +73,7 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
     metrics = {k: float(v) for k, v in (results[0] if results else {}).items()}
     attack = dict(getattr(model, "eval_attack_cfg", {}) or {})
     if ev.get("autoattack") and attack:
-        from src.attacks.autoattack import autoattack_accuracy
+        from .attacks.autoattack import autoattack_accuracy
 
         datamodule.setup("test")
         x, y = _first_samples(datamodule.test_dataloader(), int(ev["autoattack_samples"]))
@@ -93,7 +94,7 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
     return metrics
 
 
-@hydra.main(version_base="1.3", config_path="../configs", config_name="eval.yaml")
+@hydra.main(version_base="1.3", config_path=str(config_dir()), config_name="eval.yaml")
 def main(cfg: DictConfig) -> None:
     keep_freed_memory()  # reuse freed activation memory (docs/speed.md)
     log_config(cfg)

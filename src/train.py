@@ -27,8 +27,9 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 from omegaconf import DictConfig
 
-from src.utils.allocator import keep_freed_memory
-from src.utils.hydra_utils import instantiate_list, log_config, to_container
+from .utils.allocator import keep_freed_memory
+from .utils.hydra_utils import instantiate_list, log_config, to_container
+from .utils.resources import config_dir
 
 log = logging.getLogger("repbench")
 
@@ -49,8 +50,8 @@ def check_resume_checkpoint(ckpt_path: str | Path, model: L.LightningModule) -> 
     training checkpoint, written by another module class, or weights of another architecture), each naming the
     problem and the fix.
     """
-    from src.backbones.weights import check_state_dict_matches, read_checkpoint
-    from src.utils.checkpoint import MODULE_KEY
+    from .backbones.weights import check_state_dict_matches, read_checkpoint
+    from .utils.checkpoint import MODULE_KEY, canonical_class_key, class_key
 
     path = Path(ckpt_path).expanduser()
     if not path.is_file():
@@ -64,8 +65,9 @@ def check_resume_checkpoint(ckpt_path: str | Path, model: L.LightningModule) -> 
             f"ckpt_path={ckpt_path} is not a Lightning training checkpoint (no 'state_dict'/'loops' entries): a weights "
             "file cannot resume a run. Start a new run instead (a backbone's weights go to backbone.checkpoint_path)"
         )
-    expected = f"{type(model).__module__}:{type(model).__qualname__}"
+    expected = class_key(type(model))
     recorded = ckpt.get(MODULE_KEY)
+    recorded = canonical_class_key(recorded) if isinstance(recorded, str) else recorded
     if recorded is not None and recorded != expected:
         raise ValueError(
             f"ckpt_path={ckpt_path} was written by {recorded.rpartition(':')[2]}, but this run trains "
@@ -85,7 +87,7 @@ def check_resume_checkpoint(ckpt_path: str | Path, model: L.LightningModule) -> 
 
 
 def _exception_checkpoint(trainer: L.Trainer) -> Any:
-    from callbacks.checkpointing import ExceptionCheckpoint
+    from .callbacks.checkpointing import ExceptionCheckpoint
 
     return next((cb for cb in trainer.callbacks if isinstance(cb, ExceptionCheckpoint)), None)
 
@@ -183,7 +185,7 @@ def optimized_metric_value(cfg: DictConfig, metrics: dict[str, float]) -> float 
     return metrics[name]
 
 
-@hydra.main(version_base="1.3", config_path="../configs", config_name="train.yaml")
+@hydra.main(version_base="1.3", config_path=str(config_dir()), config_name="train.yaml")
 def main(cfg: DictConfig) -> float | None:
     keep_freed_memory()  # reuse freed activation memory (docs/speed.md)
     log_config(cfg)

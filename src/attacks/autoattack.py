@@ -18,7 +18,7 @@ from torch import Tensor, nn
 
 __all__ = ["autoattack_accuracy", "autoattack_correct"]
 
-from src.utils.modes import preserved_modes
+from ..utils.modes import preserved_modes
 
 _TORCHATTACKS_NORMS = {"l2": "L2", "linf": "Linf"}
 _MIN_CLASSES = {"standard": 4, "plus": 4, "rand": 3}  # targeted DLR sorts 4 logits; untargeted DLR 3

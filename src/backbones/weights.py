@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-from src.utils.network import host_reachable, offline_mode
+from ..utils.network import host_reachable, offline_mode
 
 __all__ = [
     "CorruptCheckpointError",

@@ -10,8 +10,7 @@ from __future__ import annotations
 import torch
 from torch.utils.data import TensorDataset
 
-from src.synbench.sampling import sample
-
+from ..synbench.sampling import sample
 from .common import IndexedDataset, SplitsDataModule
 
 __all__ = ["GaussianTaskDataModule"]

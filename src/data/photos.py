@@ -13,8 +13,7 @@ import torch
 from torch import Tensor
 from torch.utils.data import TensorDataset
 
-from src.utils.photos import PHOTO_NAMES, load_photo, random_crops
-
+from ..utils.photos import PHOTO_NAMES, load_photo, random_crops
 from .common import IndexedDataset, SplitsDataModule
 
 __all__ = ["PHOTO_NAMES", "PhotosDataModule", "load_photo", "random_crops"]

@@ -24,8 +24,7 @@ from urllib.parse import urlparse
 import torch
 from torch.utils.data import Dataset
 
-from src.utils.network import offline_reason as _offline_reason
-
+from ..utils.network import offline_reason as _offline_reason
 from .common import IndexedDataset, SplitsDataModule, check_num_classes, stratified_split
 
 __all__ = ["DatasetNotFoundError", "TorchvisionDataModule", "build_transform", "DATASETS"]

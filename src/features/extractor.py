@@ -32,8 +32,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from src.utils.modes import eval_mode as _eval_mode
-
+from ..utils.modes import eval_mode as _eval_mode
 from .compiled import CompiledForward
 from .formats import resolve_memory_format, to_memory_format
 from .owner import owner_module

@@ -21,10 +21,10 @@ import torch
 from torch import Tensor
 from torchmetrics import Metric
 
-from src.features import FeatureExtractor
-from src.robustness.metrics import cosine_robustness, divergence_radius
-from src.robustness.protocol import robustness_sweep
-from src.utils.distributed import Shard, all_reduce_sum, no_reduce, raise_if_any_failed
+from ..features import FeatureExtractor
+from ..robustness.metrics import cosine_robustness, divergence_radius
+from ..robustness.protocol import robustness_sweep
+from ..utils.distributed import Shard, all_reduce_sum, no_reduce, raise_if_any_failed
 
 __all__ = ["DivergenceRadius", "CosineRobustness", "robustness_metrics"]
 

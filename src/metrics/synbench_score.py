@@ -18,13 +18,13 @@ import torch
 from torch import Tensor
 from torchmetrics import Metric
 
-from src.synbench.config import SynBenchConfig
-from src.synbench.plan import MeanStd, SamplingPlan, margin_scale
-from src.synbench.protocol import frozen, make_extract, run_protocol
-from src.synbench.result import SynBenchResult
-from src.synbench.runner import sampling_device
-from src.utils import format_eps
-from src.utils.distributed import process_seams
+from ..synbench.config import SynBenchConfig
+from ..synbench.plan import MeanStd, SamplingPlan, margin_scale
+from ..synbench.protocol import frozen, make_extract, run_protocol
+from ..synbench.result import SynBenchResult
+from ..synbench.runner import sampling_device
+from ..utils import format_eps
+from ..utils.distributed import process_seams
 
 __all__ = ["SynBenchScore", "synbench_distributed", "scores_of"]
 

@@ -26,7 +26,7 @@ import torch
 from torch import Tensor
 from torchmetrics import Metric
 
-from src.taskprior.moments import (
+from ..taskprior.moments import (
     DEFAULT_BLOCK_SIZE,
     DEFAULT_EVAL_SCALE,
     DEFAULT_PRIOR_SCALE,
@@ -34,9 +34,9 @@ from src.taskprior.moments import (
     kernel_source,
     sharded_moment_sums,
 )
-from src.taskprior.probing import DEFAULT_QUANTILES, accuracy_summary
-from src.taskprior.validation import check_block_size, check_scale, check_temperature
-from src.utils.distributed import Shard, no_reduce, process_seams
+from ..taskprior.probing import DEFAULT_QUANTILES, accuracy_summary
+from ..taskprior.validation import check_block_size, check_scale, check_temperature
+from ..utils.distributed import Shard, no_reduce, process_seams
 
 __all__ = ["TaskAccuracies", "TaskPriorMoments"]
 

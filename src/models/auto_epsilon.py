@@ -14,10 +14,10 @@ from typing import Any
 
 import lightning as L
 
-from src.metrics.synbench_score import synbench_distributed
-from src.synbench import SynBenchConfig
-from src.synbench.defaults import yaml_defaults
-from src.utils.modes import eval_mode
+from ..metrics.synbench_score import synbench_distributed
+from ..synbench import SynBenchConfig
+from ..synbench.defaults import yaml_defaults
+from ..utils.modes import eval_mode
 
 __all__ = ["auto_epsilon_defaults", "select_epsilon"]
 

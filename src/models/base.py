@@ -24,8 +24,8 @@ import torch
 from lightning.pytorch.utilities.parsing import collect_init_args
 from torch import Tensor, nn
 
-from src.backbones import Backbone, create_backbone
-from src.utils.checkpoint import record_module_class
+from ..backbones import Backbone, create_backbone
+from ..utils.checkpoint import record_module_class
 
 __all__ = ["OPTIMIZERS", "SCHEDULERS", "RepBenchModule", "backbone_spec", "build_backbone", "unpack_batch"]
 

@@ -22,10 +22,9 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torchmetrics import MeanMetric
 
-from src.backbones import Backbone, check_images
-from src.perturbations import PERTURBATIONS, perturb, sample_parameters
-from src.utils.checkpoint import register_module
-
+from ..backbones import Backbone, check_images
+from ..perturbations import PERTURBATIONS, perturb, sample_parameters
+from ..utils.checkpoint import register_module
 from .base import RepBenchModule, unpack_batch
 
 __all__ = ["PerturbationRobustFineTune", "select_trainable"]

@@ -19,12 +19,11 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torchmetrics.classification import MulticlassAccuracy
 
-from src.attacks import pgd_attack
-from src.backbones import Backbone, check_images
-from src.features import FeatureExtractor
-from src.utils import format_eps
-from src.utils.checkpoint import register_module
-
+from ..attacks import pgd_attack
+from ..backbones import Backbone, check_images
+from ..features import FeatureExtractor
+from ..utils import format_eps
+from ..utils.checkpoint import register_module
 from .base import RepBenchModule, unpack_batch
 from .feature_cache import FeatureCache, find_random_transforms
 

@@ -12,9 +12,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torchmetrics.classification import MulticlassAccuracy
 
-from src.backbones import Backbone, check_images
-from src.utils.checkpoint import register_module
-
+from ..backbones import Backbone, check_images
+from ..utils.checkpoint import register_module
 from .base import RepBenchModule, unpack_batch
 
 __all__ = ["SupervisedPretraining"]

@@ -31,21 +31,20 @@ import torch
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset, Subset
 
-from src.backbones import Backbone
-from src.features import FeatureExtractor
-from src.metrics.task_prior import TaskAccuracies
-from src.taskprior import (
+from ..backbones import Backbone
+from ..features import FeatureExtractor
+from ..metrics.task_prior import TaskAccuracies
+from ..taskprior import (
     DEFAULT_EVAL_SCALE,
     DEFAULT_PRIOR_SCALE,
     DEFAULT_SAMPLER_SCALE,
     sample_task_labels,
     task_prior_moments,
 )
-from src.taskprior.probing import DEFAULT_QUANTILES, BatchedLinearHead, Standardizer, task_probe_loss
-from src.utils.checkpoint import register_module
-from src.utils.distributed import process_seams
-from src.utils.modes import eval_mode
-
+from ..taskprior.probing import DEFAULT_QUANTILES, BatchedLinearHead, Standardizer, task_probe_loss
+from ..utils.checkpoint import register_module
+from ..utils.distributed import process_seams
+from ..utils.modes import eval_mode
 from .base import RepBenchModule, build_backbone, unpack_batch
 
 __all__ = ["TaskPriorProbe", "dataset_features"]

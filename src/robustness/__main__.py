@@ -13,13 +13,16 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
+from ..utils.hydra_utils import register_resolvers  # noqa: F401  (configs/hydra resolvers)
+from ..utils.resources import config_dir
+
 log = logging.getLogger("repbench")
 DIGIT_NAMES = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
 
 
 def run(cfg: DictConfig) -> Path:
-    from src.backbones import create_backbone
-    from src.robustness.report import digits_split, robustness_report, zero_shot_for
+    from ..backbones import create_backbone
+    from .report import digits_split, robustness_report, zero_shot_for
 
     out = Path(cfg.paths.output_dir)
     t0 = time.perf_counter()
@@ -59,7 +62,7 @@ def run(cfg: DictConfig) -> Path:
     return out
 
 
-@hydra.main(version_base="1.3", config_path="../../configs", config_name="robustness.yaml")
+@hydra.main(version_base="1.3", config_path=str(config_dir()), config_name="robustness.yaml")
 def main(cfg: DictConfig) -> None:
     run(cfg)
 

@@ -111,7 +111,7 @@ def open_clip_zero_shot(
     import open_clip
 
     if model is None:
-        from src.backbones.open_clip_backbone import _resolve_pretrained
+        from ..backbones.open_clip_backbone import _resolve_pretrained
 
         weights = _resolve_pretrained(arch, pretrained) if pretrained else None
         model = open_clip.create_model(arch, pretrained=weights)

@@ -9,7 +9,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from src.utils.photos import load_photo
+from ..utils.photos import load_photo
 
 __all__ = ["bundled_photos", "PROBE_PHOTOS"]
 

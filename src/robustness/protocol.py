@@ -24,10 +24,9 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from src.features import as_extractor
-from src.perturbations import PERTURBATIONS, parameter_grid, perturb
-from src.utils.distributed import Reduce, Shard, no_reduce
-
+from ..features import as_extractor
+from ..perturbations import PERTURBATIONS, parameter_grid, perturb
+from ..utils.distributed import Reduce, Shard, no_reduce
 from .metrics import cosine_robustness, divergence_radius
 
 __all__ = [

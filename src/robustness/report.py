@@ -18,8 +18,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from src.features import FeatureExtractor
-
+from ..features import FeatureExtractor
 from .downstream import fit_line, fit_linear_probe, open_clip_zero_shot, regression_mse
 from .protocol import SweepOutput, robustness_sweep
 
@@ -129,7 +128,7 @@ class RobustnessReport:
 
 def digits_split(image_size: int, n_train: int, n_test: int, seed: int = 0) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """scikit-learn digits upsampled to RGB ``image_size``: a seeded random (train, test) split of the given sizes."""
-    from src.data.digits import load_digits_tensors, upsample_digits
+    from ..data.digits import load_digits_tensors, upsample_digits
 
     images, labels = load_digits_tensors()
     if n_train + n_test > images.shape[0]:

@@ -17,8 +17,10 @@ from typing import Any
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from src.synbench.compare import compare_backbones, comparison_figures, comparison_markdown
-from src.utils.allocator import keep_freed_memory
+from ..utils.allocator import keep_freed_memory
+from ..utils.hydra_utils import register_resolvers  # noqa: F401  (configs/hydra resolvers)
+from ..utils.resources import config_dir
+from .compare import compare_backbones, comparison_figures, comparison_markdown
 
 log = logging.getLogger("repbench")
 
@@ -31,7 +33,7 @@ def protocol_fields(cfg: DictConfig) -> tuple[dict[str, Any], int | None]:
     return fields, (None if cfg.full else cfg.input_size)
 
 
-@hydra.main(version_base="1.3", config_path="../../configs", config_name="synbench.yaml")
+@hydra.main(version_base="1.3", config_path=str(config_dir()), config_name="synbench.yaml")
 def main(cfg: DictConfig) -> None:
     keep_freed_memory()  # reuse freed activation memory (docs/speed.md)
     out = Path(cfg.paths.output_dir)

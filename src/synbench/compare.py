@@ -26,7 +26,7 @@ def compare_backbones(
     ``input_size`` None uses each backbone's native input size (the official protocol); ``extractor``: options
     of :class:`src.features.FeatureExtractor`.
     """
-    from src.backbones import create_backbone
+    from ..backbones import create_backbone
 
     cfg = SynBenchConfig(**dict(fields or {}))
     results: dict[str, SynBenchResult] = {}

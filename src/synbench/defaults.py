@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from functools import cache
-from pathlib import Path
 from typing import Any
 
-CONFIGS = Path(__file__).resolve().parents[2] / "configs"
+from ..utils.resources import config_dir
+
+CONFIGS = config_dir()
 
 __all__ = ["yaml_defaults", "CONFIGS"]
 

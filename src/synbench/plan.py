@@ -16,8 +16,7 @@ from typing import Any
 
 import torch
 
-from src.utils.distributed import Shard
-
+from ..utils.distributed import Shard
 from .config import IMAGENET_MEAN, IMAGENET_STD, SynBenchConfig
 from .sampling import banded_cholesky, banded_margin_scale, sample_chunk
 

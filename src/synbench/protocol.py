@@ -29,10 +29,9 @@ from typing import Any
 
 import torch
 
-from src.utils.distributed import Reduce, Shard, no_reduce
-from src.utils.modes import eval_mode
-from src.utils.threads import torch_threads
-
+from ..utils.distributed import Reduce, Shard, no_reduce
+from ..utils.modes import eval_mode
+from ..utils.threads import torch_threads
 from .bayes import TestStats, TrainStats, classifier_from_statistics, test_statistics
 from .config import SynBenchConfig
 from .plan import SamplingPlan, reference_prior
@@ -81,7 +80,7 @@ def make_extract(
     ``extractor["max_batch"]`` images, default ``batch_size``), with the caller's CPU thread count (the protocol
     runs its own algebra with ``linalg_threads``). Clear errors for a non-tensor output or a wrong batch size.
     Adds the forward time to ``clock[0]``."""
-    from src.features import FeatureExtractor
+    from ..features import FeatureExtractor
 
     dev = torch.device(device)
     threads = torch.get_num_threads()

@@ -15,8 +15,7 @@ from typing import Any
 
 import torch
 
-from src.utils.distributed import Shard, no_reduce
-
+from ..utils.distributed import Shard, no_reduce
 from .config import SynBenchConfig
 from .plan import MeanStd, SamplingPlan, pixel_transform, reference_prior, resolve_backbone_mean_std
 from .protocol import frozen, make_extract, run_protocol

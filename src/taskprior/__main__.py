@@ -17,14 +17,16 @@ import hydra
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from src.taskprior.report import collect_rows, compare_backbones, write_table
+from ..utils.hydra_utils import register_resolvers  # noqa: F401  (configs/hydra resolvers)
+from ..utils.resources import config_dir
+from .report import collect_rows, compare_backbones, write_table
 
 log = logging.getLogger("repbench")
 
 
 def digits_images(num_images: int, image_size: int) -> torch.Tensor:
     """The first ``num_images`` scikit-learn digits as (N, 3, S, S) images in [0, 1] (offline)."""
-    from src.data.digits import load_digits_tensors, upsample_digits
+    from ..data.digits import load_digits_tensors, upsample_digits
 
     images, _ = load_digits_tensors()
     if not 2 <= int(num_images):
@@ -32,7 +34,7 @@ def digits_images(num_images: int, image_size: int) -> torch.Tensor:
     return upsample_digits(images[: int(num_images)], int(image_size)).contiguous()
 
 
-@hydra.main(version_base="1.3", config_path="../../configs", config_name="task_prior.yaml")
+@hydra.main(version_base="1.3", config_path=str(config_dir()), config_name="task_prior.yaml")
 def main(cfg: DictConfig) -> None:
     out = Path(cfg.paths.output_dir)
     if cfg.get("aggregate"):

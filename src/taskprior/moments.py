@@ -22,8 +22,7 @@ import math
 
 import torch
 
-from src.utils.distributed import Reduce, Shard, no_reduce
-
+from ..utils.distributed import Reduce, Shard, no_reduce
 from .kernels import CenteredCosine
 from .validation import (
     check_block_size,

@@ -23,8 +23,7 @@ import warnings
 
 import torch
 
-from src.utils.threads import torch_threads
-
+from ..utils.threads import torch_threads
 from .kernels import CenteredCosine
 from .validation import SCALES, check_temperature
 

@@ -20,6 +20,8 @@ from typing import Any, TypeVar
 
 import torch
 
+from .. import DISTRIBUTION_NAME, canonical_module_name, running_module_name
+
 __all__ = [
     "MODULE_KEY",
     "CheckpointError",
@@ -33,7 +35,10 @@ __all__ = [
 ]
 
 MODULE_KEY = "repbench_module"  # checkpoint entry naming the LightningModule class ("package.module:Class")
-_OWN_PACKAGE = "src.models"  # the only package whose modules load_module imports to find a registered class
+_OWN_PACKAGE = (
+    f"{DISTRIBUTION_NAME}.models"  # the only package whose modules load_module imports to find a registered class
+)
+_LEGACY_PREFIX = "src."  # checkpoints written before the package had its installed name recorded "src.models...."
 
 _REGISTRY: dict[str, type] = {}
 
@@ -45,7 +50,16 @@ class CheckpointError(ValueError):
 
 
 def class_key(cls: type) -> str:
-    return f"{cls.__module__}:{cls.__qualname__}"
+    """``"repbench.models.robust_probe:RobustLinearProbe"``: the same whether the package runs as ``repbench``
+    (installed) or ``src`` (repository), so a checkpoint loads in both."""
+    return f"{canonical_module_name(cls.__module__)}:{cls.__qualname__}"
+
+
+def canonical_class_key(target: str) -> str:
+    """A recorded class key in the canonical ``repbench.`` spelling (older checkpoints recorded ``src.``)."""
+    if target.startswith(_LEGACY_PREFIX):
+        return DISTRIBUTION_NAME + "." + target[len(_LEGACY_PREFIX) :]
+    return target
 
 
 def register_module(cls: T) -> T:
@@ -56,7 +70,7 @@ def register_module(cls: T) -> T:
 
 def registered_modules() -> dict[str, type]:
     """``{"package.module:Class": class}`` of every registered module class (after importing ``src.models``)."""
-    importlib.import_module(_OWN_PACKAGE)
+    importlib.import_module(running_module_name(_OWN_PACKAGE))
     return dict(_REGISTRY)
 
 
@@ -101,10 +115,11 @@ def module_class(ckpt: Mapping[str, Any], path: str | Path = "checkpoint") -> ty
 
 def _resolve(target: str, path: str | Path) -> type:
     registry = registered_modules()
+    target = canonical_class_key(target)
     module_name, _, _ = target.partition(":")
     if target not in registry and (module_name == _OWN_PACKAGE or module_name.startswith(_OWN_PACKAGE + ".")):
         try:  # one of our own modules that src.models does not export (never anything outside src.models)
-            importlib.import_module(module_name)
+            importlib.import_module(running_module_name(module_name))
         except ImportError:
             pass
         registry = dict(_REGISTRY)

@@ -2,14 +2,60 @@
 
 from __future__ import annotations
 
+import hashlib
 import logging
+import re
+import secrets
+from datetime import datetime
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-__all__ = ["instantiate_list", "log_config", "to_container"]
+__all__ = ["instantiate_list", "job_name", "log_config", "register_resolvers", "run_name", "to_container"]
 
 log = logging.getLogger("repbench")
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9._+-]+")
+MAX_OVERRIDES_CHARS = 96  # file names stay far below the usual 255-byte limit
+
+
+def _overrides_part(override_dirname: str) -> str:
+    """``model.epsilon-0.25_data-photos`` from Hydra's override_dirname (configs/hydra/default.yaml sets its
+    separators); characters a shell or Hydra's override parser would trip on become ``-``; long ones are cut and
+    end in a hash of the whole, so two long override sets never share a name."""
+    safe = _UNSAFE.sub("-", str(override_dirname or "")).strip("-_")
+    if len(safe) > MAX_OVERRIDES_CHARS:
+        digest = hashlib.sha1(safe.encode()).hexdigest()[:8]
+        safe = f"{safe[: MAX_OVERRIDES_CHARS - 9]}-{digest}"
+    return safe
+
+
+def run_name(override_dirname: str = "") -> str:
+    """A run folder name: ``<YYYY-mm-dd_HH-MM-SS>_<4 random hex>[_<overrides>]``.
+
+    The random part keeps two runs started in the same second (job arrays, parallel launches) in two folders; the
+    overrides part says what the run changed. Registered as the OmegaConf resolver ``repbench_run_name`` with
+    caching, so every job of one multirun shares its sweep folder (Hydra copies the master config's cache)."""
+    stamp = f"{datetime.now():%Y-%m-%d_%H-%M-%S}_{secrets.token_hex(2)}"
+    part = _overrides_part(override_dirname)
+    return f"{stamp}_{part}" if part else stamp
+
+
+def job_name(num: Any, override_dirname: str = "") -> str:
+    """A multirun job's subfolder: ``<job number>[_<overrides>]`` (resolver ``repbench_job_name``)."""
+    part = _overrides_part(override_dirname)
+    return f"{num}_{part}" if part else str(num)
+
+
+def register_resolvers() -> None:
+    """Register the resolvers configs/hydra/default.yaml uses (idempotent; every entry point imports this module)."""
+    if not OmegaConf.has_resolver("repbench_run_name"):
+        OmegaConf.register_new_resolver("repbench_run_name", run_name, use_cache=True)
+    if not OmegaConf.has_resolver("repbench_job_name"):
+        OmegaConf.register_new_resolver("repbench_job_name", job_name, use_cache=True)
+
+
+register_resolvers()
 
 
 def to_container(cfg: Any) -> Any:

@@ -24,8 +24,7 @@ cut-off), ``_l2`` / ``_linf`` (the two solvers), ``_directions`` (ε-grid front 
 train/test statistics), ``_evaluate`` (classifier from statistics, one-call evaluation).
 """
 
-from src.utils.threads import torch_threads
-
+from ...utils.threads import torch_threads
 from ._directions import robust_bayes_direction, robust_bayes_directions
 from ._eig import EIG_TOL_MODES, check_eig_tol, eig_cutoff, retained_eig
 from ._eps import check_eps

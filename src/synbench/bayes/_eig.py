@@ -6,7 +6,7 @@ import warnings
 
 import torch
 
-from src.utils.threads import torch_threads
+from ...utils.threads import torch_threads
 
 Tensor = torch.Tensor
 F64 = torch.float64

@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 from scipy.optimize import lsq_linear
 
-from src.utils.threads import blas_threads
+from ...utils.threads import blas_threads
 
 Tensor = torch.Tensor
 F64 = torch.float64

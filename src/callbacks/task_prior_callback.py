@@ -21,12 +21,11 @@ import lightning as L
 import torch
 from torch import Tensor
 
-from src.features import FeatureExtractor
-from src.metrics.task_prior import TaskPriorMoments
-from src.taskprior import DEFAULT_BLOCK_SIZE, DEFAULT_EVAL_SCALE, DEFAULT_PRIOR_SCALE
-from src.utils.distributed import Shard, all_reduce_sum
-from src.utils.modes import eval_mode
-
+from ..features import FeatureExtractor
+from ..metrics.task_prior import TaskPriorMoments
+from ..taskprior import DEFAULT_BLOCK_SIZE, DEFAULT_EVAL_SCALE, DEFAULT_PRIOR_SCALE
+from ..utils.distributed import Shard, all_reduce_sum
+from ..utils.modes import eval_mode
 from ._monitor import BackboneMonitor, first_val_images
 
 __all__ = ["TaskPriorCallback", "fixed_images"]
@@ -38,7 +37,7 @@ def fixed_images(source: str | Tensor, trainer: L.Trainer | None, num_images: in
     if isinstance(source, Tensor):
         images = source
     elif source == "digits":
-        from src.data.digits import load_digits_tensors, upsample_digits
+        from ..data.digits import load_digits_tensors, upsample_digits
 
         images = upsample_digits(load_digits_tensors()[0][:num_images], int(image_size)).contiguous()
     elif source == "val":
@@ -126,7 +125,7 @@ class TaskPriorCallback(BackboneMonitor):
                 )
             self._prior_share = self.prior_features[idx].to(torch.float64)
             return
-        from src.models.base import build_backbone
+        from ..models.base import build_backbone
 
         prior = build_backbone(self.prior_backbone).to(pl_module.device).eval()
         ext = FeatureExtractor(prior.embed, device=pl_module.device, max_batch=self.max_batch)

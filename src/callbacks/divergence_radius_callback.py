@@ -23,11 +23,10 @@ import lightning as L
 import torch
 from torch import Tensor, nn
 
-from src.metrics.divergence_radius import robustness_metrics
-from src.perturbations import PERTURBATIONS
-from src.robustness.images import bundled_photos
-from src.utils.modes import eval_mode
-
+from ..metrics.divergence_radius import robustness_metrics
+from ..perturbations import PERTURBATIONS
+from ..robustness.images import bundled_photos
+from ..utils.modes import eval_mode
 from ._monitor import BackboneMonitor, first_val_images
 
 __all__ = ["DivergenceRadiusCallback", "robustness_figure"]

@@ -1,0 +1,8 @@
+"""Lightning callbacks that monitor a backbone during anyone's training."""
+
+from .checkpointing import ExceptionCheckpoint
+from .divergence_radius_callback import DivergenceRadiusCallback
+from .synbench_callback import SynBenchCallback
+from .task_prior_callback import TaskPriorCallback
+
+__all__ = ["DivergenceRadiusCallback", "ExceptionCheckpoint", "SynBenchCallback", "TaskPriorCallback"]
