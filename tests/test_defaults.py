@@ -75,7 +75,7 @@ CASES = [
         "callbacks/synbench.yaml",
         "callbacks.synbench",
         ["callbacks=synbench"],
-        effective={"config": _attr("callbacks.synbench_callback:callback_budget")},
+        effective={"config": _attr("src.callbacks.synbench_callback:callback_budget")},
     ),
     Case("callbacks:DivergenceRadiusCallback", "callbacks/divergence_radius.yaml", "callbacks.divergence_radius"),
     Case("callbacks:TaskPriorCallback", "callbacks/task_prior.yaml", "callbacks.task_prior", ["callbacks=task_prior"]),
@@ -153,7 +153,10 @@ def _class(case: Case) -> type:
 def test_code_defaults_equal_the_yaml(case: Case) -> None:
     cls = _class(case)
     node = _composed(case)
-    assert node.get("_target_") in (case.target.replace(":", "."), f"{cls.__module__}.{cls.__qualname__}")
+    # configs name the installed package (repbench.*); in the repository that is an alias of src.*
+    from src import canonical_module_name
+
+    assert node.get("_target_") == canonical_module_name(case.target.replace(":", "."))
     params = inspect.signature(cls.__init__).parameters
     accepts_kwargs = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
     unknown = sorted(k for k in node if k != "_target_" and k not in params)

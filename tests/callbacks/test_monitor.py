@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
-from callbacks._monitor import first_val_images
+from src.callbacks._monitor import first_val_images
 
 
 def _trainer(dm):

@@ -9,7 +9,7 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from callbacks import SynBenchCallback
-from callbacks.synbench_callback import callback_budget, weights_fingerprint
+from src.callbacks.synbench_callback import callback_budget, weights_fingerprint
 from src.metrics.synbench_score import scores_of
 from src.synbench import SynBenchConfig, synbench
 from src.synbench.defaults import CONFIGS
