@@ -16,6 +16,10 @@ from __future__ import annotations
 
 import logging
 import math
+import os
+import re
+import shlex
+import time
 from pathlib import Path
 from typing import Any
 
@@ -27,9 +31,15 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 from omegaconf import DictConfig
 
+from . import PACKAGE
 from .utils.allocator import keep_freed_memory
+from .utils.checkpoint import read_checkpoint
+from .utils.checkpoint_io import AtomicCheckpointIO
+from .utils.hparams import flat_hparams, log_hparams_with_metrics
 from .utils.hydra_utils import instantiate_list, log_config, to_container
 from .utils.resources import config_dir
+from .utils.run_dir import RunDirectoryLock
+from .utils.run_summary import print_summary, write_summary
 
 log = logging.getLogger("repbench")
 
@@ -92,19 +102,44 @@ def _exception_checkpoint(trainer: L.Trainer) -> Any:
     return next((cb for cb in trainer.callbacks if isinstance(cb, ExceptionCheckpoint)), None)
 
 
+def _loads(path: str | Path) -> bool:
+    """True when ``path`` is a checkpoint ``torch.load(weights_only=True)`` can read (not a truncated file)."""
+    from .utils.checkpoint import read_checkpoint
+
+    try:
+        read_checkpoint(path)
+    except Exception:
+        return False
+    return True
+
+
+def resume_argument(path: str | Path) -> str:
+    """``ckpt_path=...`` as one shell word Hydra parses: quoted when the path holds ``=`` or other characters
+    Hydra's override grammar reserves (Lightning's own names are ``epoch=0-step=2.ckpt``)."""
+    text = str(path)
+    if re.fullmatch(r"[A-Za-z0-9_./+-]+", text):
+        return f"ckpt_path={text}"
+    hydra_quoted = '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'  # Hydra's quoted value
+    return shlex.quote(f"ckpt_path={hydra_quoted}")  # one word for the shell
+
+
 def _resume_hint(trainer: L.Trainer, reason: str) -> str:
-    """'<reason>; resume with ckpt_path=...' naming the newest checkpoint worth resuming from."""
+    """'<reason>; resume with ckpt_path=...' naming the newest checkpoint that loads (a file truncated by a full
+    disk is never proposed)."""
     cb = _exception_checkpoint(trainer)
     candidates = [cb.saved_path] if cb is not None and cb.saved_path else []
-    candidates += [
-        c.last_model_path or c.best_model_path for c in trainer.checkpoint_callbacks if isinstance(c, ModelCheckpoint)
-    ]
-    found = [p for p in candidates if p and Path(p).is_file()]
-    if not found:
-        return f"{reason}; no checkpoint was written (nothing trained yet)"
-    newest = max(found, key=lambda p: Path(p).stat().st_mtime)
+    for c in trainer.checkpoint_callbacks:
+        if isinstance(c, ModelCheckpoint):
+            candidates += [c.last_model_path, c.best_model_path]
+            if c.dirpath and Path(c.dirpath).is_dir():
+                candidates += [str(p) for p in Path(c.dirpath).glob("*.ckpt")]
+    found = sorted({p for p in candidates if p and Path(p).is_file()}, key=lambda p: Path(p).stat().st_mtime)
+    good = next((p for p in reversed(found) if _loads(p)), None)
+    if good is None:
+        return f"{reason}; no checkpoint that loads was written (nothing to resume from)"
     return (
-        f"{reason} at step {trainer.global_step}; resume with: python -m src.train <same overrides> ckpt_path={newest}"
+        f"{reason} at step {trainer.global_step}; resume with: python -m {PACKAGE}.train <same overrides> "
+        f"{resume_argument(good)}"
     )
 
 
@@ -131,12 +166,64 @@ def _run_stage(trainer: L.Trainer, stage: str, **kwargs: Any) -> None:
         raise
 
 
+def check_trainer_length(cfg: DictConfig) -> None:
+    """Refuse a training length that cannot work, before anything is built (each error names the key and the fix).
+
+    ``trainer.max_epochs`` must be an integer >= 1, or -1 (Lightning: until stopped) together with a finite
+    ``trainer.max_steps`` when the model's learning-rate schedule needs a horizon."""
+    if not cfg.get("train", True):
+        return
+    tcfg = cfg.get("trainer") or {}
+    max_epochs, max_steps = tcfg.get("max_epochs"), tcfg.get("max_steps", -1)
+    for key, value in (("max_epochs", max_epochs), ("max_steps", max_steps)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+            raise TypeError(f"trainer.{key} must be an integer, got {value!r} ({type(value).__name__})")
+    if max_epochs == 0 or (max_epochs is not None and max_epochs < -1):
+        raise ValueError(
+            f"trainer.max_epochs={max_epochs} trains nothing: pass trainer.max_epochs >= 1 (or -1 with "
+            "trainer.max_steps=N), or train=false to only test a checkpoint"
+        )
+    scheduled = (cfg.get("model") or {}).get("scheduler") not in (None, "none")
+    if max_epochs == -1 and (max_steps is None or max_steps < 0) and scheduled:
+        raise ValueError(
+            "trainer.max_epochs=-1 (train until stopped) leaves the per-step cosine learning-rate schedule without "
+            "a length: add trainer.max_steps=N, pass a finite trainer.max_epochs, or model.scheduler=none"
+        )
+
+
+def _run_dir(cfg: DictConfig) -> Path | None:
+    out = (cfg.get("paths") or {}).get("output_dir")
+    return Path(str(out)) if out else None
+
+
+def _is_child_rank() -> bool:
+    """True in a DDP worker that Lightning launched as a copy of this command (it shares rank 0's run folder)."""
+    return any(os.environ.get(k, "0") not in ("", "0") for k in ("LOCAL_RANK", "NODE_RANK", "RANK"))
+
+
 def train(cfg: DictConfig) -> tuple[dict[str, float], dict[str, Any]]:
     """Instantiate data, model, callbacks, loggers and trainer from ``cfg``; fit and optionally test.
 
     Returns (metrics, objects) where metrics merges ``trainer.callback_metrics`` after fit and test.
     Raises SystemExit(143) after SIGTERM and SystemExit(130) after Ctrl-C (the checkpoint is kept).
+    The run folder (``paths.output_dir``) is locked for the run (a second run into it is refused); checkpoints are
+    written atomically in their own folder (:class:`~src.utils.checkpoint_io.AtomicCheckpointIO`); the run ends with
+    ``metrics.json`` and ``summary.md`` in its folder.
     """
+    check_trainer_length(cfg)
+    run_dir = _run_dir(cfg)
+    lock = RunDirectoryLock(run_dir) if run_dir is not None and not _is_child_rank() else None
+    if lock is not None:
+        lock.acquire()
+    try:
+        return _train(cfg, run_dir)
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+def _train(cfg: DictConfig, run_dir: Path | None) -> tuple[dict[str, float], dict[str, Any]]:
+    started = time.time()
     if cfg.get("seed") is not None:
         L.seed_everything(int(cfg.seed), workers=True)
     torch.set_float32_matmul_precision("high")
@@ -145,17 +232,30 @@ def train(cfg: DictConfig) -> tuple[dict[str, float], dict[str, Any]]:
     log.info("model <%s>", cfg.model._target_)
     model: L.LightningModule = instantiate(cfg.model, _convert_="all")
     ckpt_path = cfg.get("ckpt_path")
+    resumed_step = 0
     if ckpt_path and cfg.get("train", True):
         check_resume_checkpoint(ckpt_path, model)  # before any callback, logger or trainer writes a file
+        resumed_step = int(read_checkpoint(ckpt_path).get("global_step", 0))
     callbacks = instantiate_list(cfg.get("callbacks"))
     loggers = instantiate_list(cfg.get("logger"))
-    trainer: L.Trainer = instantiate(cfg.trainer, callbacks=callbacks, logger=loggers or False, _convert_="all")
+    plugins = list(cfg.trainer.get("plugins") or [])
+    if not plugins:  # atomic saves in the checkpoint's own folder (never a truncated last.ckpt)
+        plugins = [AtomicCheckpointIO()]
+    trainer: L.Trainer = instantiate(
+        cfg.trainer, callbacks=callbacks, logger=loggers or False, plugins=plugins, _convert_="all"
+    )
     for lg in loggers:
         lg.log_hyperparams({"cfg": to_container(cfg), "seed": cfg.get("seed")})
 
     metrics: dict[str, float] = {}
     if cfg.get("train", True):
         _run_stage(trainer, "fit", model=model, datamodule=datamodule, ckpt_path=ckpt_path)
+        if ckpt_path and trainer.global_step == resumed_step:
+            raise ValueError(
+                f"nothing left to train: {resume_argument(ckpt_path)} already reached trainer.max_epochs="
+                f"{trainer.max_epochs} (epoch {trainer.current_epoch}, step {trainer.global_step}). Pass a larger "
+                f"trainer.max_epochs to train on, or evaluate it: python -m {PACKAGE}.eval {resume_argument(ckpt_path)}"
+            )
         metrics.update(_scalars(trainer.callback_metrics))
     if cfg.get("test", False):
         best = [c for c in trainer.checkpoint_callbacks if isinstance(c, ModelCheckpoint) and c.monitor]
@@ -163,12 +263,43 @@ def train(cfg: DictConfig) -> tuple[dict[str, float], dict[str, Any]]:
         if not ckpt or trainer.fast_dev_run:
             log.warning("no best checkpoint found: testing the current weights")
             ckpt = None
-        _run_stage(trainer, "test", model=model, datamodule=datamodule, ckpt_path=ckpt)
+        _run_stage(trainer, "test", model=model, datamodule=datamodule, ckpt_path=ckpt, verbose=False)
         metrics.update(_scalars(trainer.callback_metrics))
     bad = [k for k, v in metrics.items() if not math.isfinite(v)]
     if bad:
         raise FloatingPointError(f"non-finite metrics after training: {bad}")
+    if trainer.is_global_zero:
+        log_hparams_with_metrics(loggers, flat_hparams(to_container(cfg)), metrics)
+        if run_dir is not None:
+            write_summary(run_dir, metrics, _run_info(cfg, trainer, run_dir, time.time() - started))
     return metrics, {"cfg": cfg, "datamodule": datamodule, "model": model, "trainer": trainer}
+
+
+def _run_info(cfg: DictConfig, trainer: L.Trainer, run_dir: Path, seconds: float) -> dict[str, Any]:
+    """What ran, for metrics.json / summary.md: folder, overrides, checkpoints, epochs, time."""
+    best = next((c for c in trainer.checkpoint_callbacks if isinstance(c, ModelCheckpoint) and c.monitor), None)
+    last = next((c.last_model_path for c in trainer.checkpoint_callbacks if isinstance(c, ModelCheckpoint)), "")
+    overrides = None
+    try:
+        from hydra.core.hydra_config import HydraConfig
+
+        overrides = list(HydraConfig.get().overrides.task)
+    except ValueError:  # not started by Hydra (tests, notebooks)
+        pass
+    return {
+        "run_dir": str(run_dir),
+        "overrides": overrides,
+        "model": cfg.model.get("_target_"),
+        "backbone": (cfg.get("backbone") or {}).get("name") if isinstance(cfg.get("backbone"), DictConfig) else None,
+        "seed": cfg.get("seed"),
+        "epochs": trainer.current_epoch,
+        "global_step": trainer.global_step,
+        "best_checkpoint": best.best_model_path if best is not None else None,
+        "best_score": float(best.best_model_score) if best is not None and best.best_model_score is not None else None,
+        "monitor": best.monitor if best is not None else None,
+        "last_checkpoint": last or None,
+        "seconds": round(seconds, 1),
+    }
 
 
 def optimized_metric_value(cfg: DictConfig, metrics: dict[str, float]) -> float | None:
@@ -189,8 +320,10 @@ def optimized_metric_value(cfg: DictConfig, metrics: dict[str, float]) -> float 
 def main(cfg: DictConfig) -> float | None:
     keep_freed_memory()  # reuse freed activation memory (docs/speed.md)
     log_config(cfg)
-    metrics, _ = train(cfg)
-    log.info("final metrics: %s", {k: round(v, 4) for k, v in sorted(metrics.items())})
+    metrics, objects = train(cfg)
+    if objects["trainer"].is_global_zero:
+        print_summary(metrics, title=f"RepBench {cfg.get('task_name', 'train')}", caption=str(_run_dir(cfg) or ""))
+        log.info("metrics written to %s", _run_dir(cfg) / "metrics.json" if _run_dir(cfg) else "nowhere (no run dir)")
     return optimized_metric_value(cfg, metrics)
 
 
