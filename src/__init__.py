@@ -18,6 +18,7 @@ import importlib
 import importlib.abc
 import importlib.machinery
 import importlib.util
+import os
 import sys
 from typing import Any
 
@@ -43,22 +44,26 @@ def running_module_name(name: str) -> str:
     return name
 
 
-class _RepositoryAlias(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    """``import repbench.X`` returns the module ``src.X`` itself (repository checkouts only)."""
+class _PackageAlias(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """``import <alias>.X`` returns the module ``<real>.X`` itself (same object, no second copy)."""
 
-    def __init__(self) -> None:
+    def __init__(self, alias: str, real: str) -> None:
+        self.alias, self.real = alias, real
         self._specs: dict[str, Any] = {}
 
+    def _real_name(self, name: str) -> str:
+        return self.real + name[len(self.alias) :]
+
     def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> importlib.machinery.ModuleSpec | None:
-        if fullname != DISTRIBUTION_NAME and not fullname.startswith(DISTRIBUTION_NAME + "."):
+        if fullname != self.alias and not fullname.startswith(self.alias + "."):
             return None
-        real = running_module_name(fullname)
+        real = self._real_name(fullname)
         if real not in sys.modules and importlib.util.find_spec(real) is None:
             return None
         return importlib.util.spec_from_loader(fullname, self, is_package=True)
 
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> Any:
-        module = importlib.import_module(running_module_name(spec.name))
+        module = importlib.import_module(self._real_name(spec.name))
         self._specs[spec.name] = module.__spec__  # the import system overwrites __spec__; exec_module restores it
         return module
 
@@ -66,6 +71,23 @@ class _RepositoryAlias(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         module.__spec__ = self._specs.pop(module.__spec__.name, module.__spec__)
 
 
-if PACKAGE != DISTRIBUTION_NAME and not any(isinstance(f, _RepositoryAlias) for f in sys.meta_path):
-    sys.meta_path.insert(0, _RepositoryAlias())
+def _same_package(module: Any) -> bool:
+    here = os.path.dirname(os.path.abspath(__file__))
+    return os.path.dirname(os.path.abspath(getattr(module, "__file__", "") or "")) == here
+
+
+def _install_alias(alias: str, real: str) -> None:
+    if not any(isinstance(f, _PackageAlias) and f.alias == alias for f in sys.meta_path):
+        sys.meta_path.insert(0, _PackageAlias(alias, real))  # before an editable install's finder
+
+
+# In a repository checkout the same files answer to both names, and whichever name is imported first is the real
+# package; the other is an alias of it (an editable install can import them as `repbench` before `src`). Only this
+# very directory is aliased: a researcher's own `src` package elsewhere is never touched.
+_OTHER = {"src": DISTRIBUTION_NAME, DISTRIBUTION_NAME: "src"}.get(__name__)
+if _OTHER is not None and _OTHER in sys.modules and _same_package(sys.modules[_OTHER]):
+    _install_alias(__name__, _OTHER)
+    sys.modules[__name__] = sys.modules[_OTHER]  # the import statement returns the already-loaded package
+elif __name__ == "src":
+    _install_alias(DISTRIBUTION_NAME, __name__)
     sys.modules.setdefault(DISTRIBUTION_NAME, sys.modules[__name__])
