@@ -8,11 +8,12 @@ import subprocess
 import sys
 import sysconfig
 import textwrap
-import tomllib
 import zipfile
 from pathlib import Path
 
 import pytest
+
+tomllib = pytest.importorskip("tomllib")  # Python >= 3.11
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -35,7 +36,6 @@ def test_repository_alias_gives_the_same_modules():
     """In the repository, `repbench.X` (configs' targets) is the module `src.X` itself, not a second copy."""
     import repbench.callbacks
     import repbench.models.robust_probe
-
     import src.callbacks
     import src.models.robust_probe
 
