@@ -35,7 +35,7 @@ from functools import lru_cache
 import torch
 from torch import Tensor
 
-__all__ = ["minimum_enclosing_ball", "meb_radius_from_gram"]
+__all__ = ["minimum_enclosing_ball", "meb_radius_from_gram", "pow2_exponent", "times_pow2"]
 
 F64 = torch.float64
 _OUTSIDE_RTOL = 1e-12  # relative slack of the working-set stopping test (the bracket above)
@@ -60,6 +60,37 @@ def _check_points(points: object, name: str = "points") -> Tensor:
             "undefined: check the feature function (e.g. NaN pixels or a diverged backbone)"
         )
     return points
+
+
+def pow2_exponent(x: Tensor, dim: int | tuple[int, ...]) -> Tensor:
+    """The integer e (int32, ``keepdim``) with max |x| over ``dim`` in [2^(e−1), 2^e), 0 where x is all zero.
+
+    Dividing by 2^e (:func:`times_pow2` with −e) is exact and brings the largest magnitude into [0.5, 1), so sums of
+    squares neither overflow (1e200² = inf) nor underflow (1e-200² = 0) in float64.
+    """
+    return torch.frexp(x.abs().amax(dim, keepdim=True))[1]
+
+
+def times_pow2(x: Tensor, e: Tensor) -> Tensor:
+    """x · 2^e, exact (barring over/underflow of the result) for integer exponents |e| <= 2100.
+
+    Applied as two factors 2^a · 2^b with a = ⌊e/2⌋, b = e − a: each lies in [−1050, 1050], where 2^a itself is
+    representable (2^±1075 alone would over/underflow), and both scale in the same direction, so no intermediate
+    loses bits that the result keeps.
+    """
+    a = torch.div(e, 2, rounding_mode="floor")
+    b = e - a
+    return x * torch.pow(2.0, a.to(x.dtype)) * torch.pow(2.0, b.to(x.dtype))
+
+
+def _check_limit(value: object, name: str, minimum: int) -> int:
+    """An integer option of the solver (not a bool) that is at least ``minimum``."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(
+            f"{name} must be an integer >= {minimum}, got {value!r} ({type(value).__name__}); the defaults "
+            "max_enumerate=10, max_support=14 suit every perturbation sweep"
+        )
+    return value
 
 
 @lru_cache(maxsize=64)
@@ -136,7 +167,11 @@ def meb_radius_from_gram(G: Tensor, max_enumerate: int = 10, max_support: int = 
     """Exact MEB from the Gram matrices ``G`` (B, n, n) of centred points: (λ (B, n), radius (B,)).
 
     ``λ`` are barycentric weights of the centre (c = Σ λ_i p_i); see the module docstring for the algorithm.
+    ``max_enumerate`` >= 1: point sets up to this size are solved by one enumeration; ``max_support`` >= 2: the
+    largest working set the iteration may need (a support of ``max_support`` − 1 points plus one outside point).
     """
+    _check_limit(max_enumerate, "max_enumerate", 1)
+    _check_limit(max_support, "max_support", 2)
     B, n, _ = G.shape
     if n <= max_enumerate:
         lam, _, _ = _meb_of_working_set(G)
@@ -193,7 +228,9 @@ def meb_radius_from_gram(G: Tensor, max_enumerate: int = 10, max_support: int = 
 def minimum_enclosing_ball(points: Tensor, *, max_enumerate: int = 10, max_support: int = 14) -> tuple[Tensor, Tensor]:
     """Exact minimum enclosing ball of each point set: ``points`` (..., n, D) -> (centre (..., D), radius (...)).
 
-    Solved in float64 (results are returned in the input's floating dtype, float64 for integer input). One point
+    Solved in float64 (results are returned in the input's floating dtype, float64 for integer input), on each set
+    divided by the power of two 2^e of its largest |coordinate| (exact) and scaled back, so finite float64 input at
+    any scale (1e-200 or 1e200, where squared distances would under/overflow) gets its exact ball. One point
     gives its own ball of radius 0; identical or duplicated points are fine (radius 0 when all coincide, never NaN).
     Cost: one Gram matrix (O(n²D)) plus an enumeration over the subsets of a working set of at most
     ``max_enumerate`` points (2^w − 1 tiny solves per set; the default 10 keeps it ~1k); larger n use the
@@ -203,14 +240,19 @@ def minimum_enclosing_ball(points: Tensor, *, max_enumerate: int = 10, max_suppo
     raises a ValueError rather than running for hours.
     """
     points = _check_points(points)
+    _check_limit(max_enumerate, "max_enumerate", 1)
+    _check_limit(max_support, "max_support", 2)
     out_dtype = points.dtype if points.is_floating_point() else F64
     *batch, n, D = points.shape
     p = points.reshape(-1, n, D).to(F64)
     if p.shape[0] == 0:
         return points.new_zeros(*batch, D, dtype=out_dtype), points.new_zeros(*batch, dtype=out_dtype)
+    e = pow2_exponent(p, (1, 2))  # (B, 1, 1)
+    p = times_pow2(p, -e)
     mean = p.mean(1, keepdim=True)
     q = p - mean
     G = q @ q.transpose(1, 2)
     lam, radius = meb_radius_from_gram(G, max_enumerate=max_enumerate, max_support=max_support)
-    center = (lam[:, None, :] @ q)[:, 0] + mean[:, 0]
+    center = times_pow2((lam[:, None, :] @ q)[:, 0] + mean[:, 0], e[:, 0])
+    radius = times_pow2(radius, e[:, 0, 0])
     return center.reshape(*batch, D).to(out_dtype), radius.reshape(batch).to(out_dtype)

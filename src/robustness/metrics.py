@@ -18,7 +18,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .meb import _check_points, minimum_enclosing_ball
+from .meb import _check_points, minimum_enclosing_ball, pow2_exponent, times_pow2
 
 __all__ = ["normalize_embeddings", "divergence_radius", "cosine_robustness", "euclidean_robustness"]
 
@@ -26,12 +26,20 @@ F64 = torch.float64
 
 
 def normalize_embeddings(embeddings: Tensor, name: str = "embeddings") -> Tensor:
-    """ℓ2-normalise the last dimension in float64, after checking shape (..., n, D), finiteness and non-zero norms."""
+    """ℓ2-normalise the last dimension in float64, after checking shape (..., n, D), finiteness and non-zero norms.
+
+    Each vector is first divided by the power of two of its largest |component| (exact), so the norm of a finite
+    vector at any scale (1e-200 or 1e200, whose squares under/overflow float64) is computed without under/overflow
+    and only a vector of zeros has norm 0.
+    """
     z = _check_points(embeddings, name).to(F64)
+    if z.numel():
+        z = times_pow2(z, -pow2_exponent(z, -1))
     norms = z.norm(dim=-1, keepdim=True)
     if z.numel() and bool((norms == 0).any()):
         raise ValueError(
-            f"{name} contain {int((norms == 0).sum())} all-zero vector(s), which have no direction to normalise; "
+            f"{name} contain {int((norms == 0).sum())} all-zero vector(s) (every component exactly 0), which have no "
+            "direction to normalise; "
             "check the feature function (a dead ReLU head or an all-black image through a bias-free encoder)"
         )
     return z / norms

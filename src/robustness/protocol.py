@@ -84,7 +84,14 @@ class SweepOutput:
     clean_correct: Tensor | None = None
 
 
-def _finite(z: Tensor, what: str) -> Tensor:
+def _finite(z: Tensor, what: str, n: int) -> Tensor:
+    """The embeddings of ``n`` images: a finite (n, D) tensor (the feature-function contract), else a clear error."""
+    if z.dim() != 2 or z.shape[0] != n:
+        hint = "; for one value per image add a feature axis, e.g. lambda x: f(x)[:, None]" if z.dim() == 1 else ""
+        raise ValueError(
+            f"feature_fn must map (B, 3, H, W) images to (B, D) embeddings (one D-vector per image), got shape "
+            f"{tuple(z.shape)} for {what} (B = {n}){hint}"
+        )
     if not bool(torch.isfinite(z).all()):
         raise FloatingPointError(f"the feature function returned NaN/inf embeddings for {what}")
     return z
@@ -136,14 +143,14 @@ def robustness_sweep(
             x = x.to(device)
         n = x.shape[0]
         g = torch.Generator().manual_seed(_mix(seed, c))
-        z_clean = _finite(extract(x), "the clean images")
+        z_clean = _finite(extract(x), "the clean images", n)
         y = labels[sl].to(z_clean.device) if labels is not None else None
         sets, acc = [], []
         for name in names:
             ks = params[name]
             # all m versions of the chunk in one batch: image i at parameter j is row j·n + i
             xp = torch.cat([perturb(x, name, float(k), generator=g) for k in ks])
-            zp = _finite(extract(xp), f"perturbation {name}")
+            zp = _finite(extract(xp), f"perturbation {name}", m * n)
             sets.append(torch.cat([z_clean[:, None], zp.reshape(m, n, -1).transpose(0, 1)], dim=1))  # (n, m+1, D)
             if classifier is not None:
                 pred = classifier(zp).argmax(-1).reshape(m, n)
