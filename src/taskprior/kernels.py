@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import torch
 
+from ..robustness.meb import pow2_exponent, times_pow2
 from .validation import CHECK_CHUNK, ZERO_NORM, check_features
 
 Tensor = torch.Tensor
@@ -36,12 +37,19 @@ class CenteredCosine:
         col_sum = torch.zeros(self.dim, dtype=torch.float64, device=features.device)
         for k, chunk in enumerate(features.split(CHECK_CHUNK)):
             c64 = chunk.to(torch.float64)
-            norms = torch.linalg.vector_norm(c64, dim=1)
+            norms = _row_norms(c64)
             if bool((norms <= ZERO_NORM).any()):
-                bad = int(torch.nonzero(norms <= ZERO_NORM)[0, 0]) + k * CHECK_CHUNK
+                bad = int(torch.nonzero(norms <= ZERO_NORM)[0, 0])
                 raise ValueError(
-                    f"{name} has a zero-norm row (row {bad}); the cosine kernel is undefined there: "
-                    "drop such rows or add a small offset to the features"
+                    f"{name} has a zero-norm row (norm {float(norms[bad]):.3g} <= {ZERO_NORM}, row "
+                    f"{bad + k * CHECK_CHUNK}); the cosine kernel is undefined there: drop such rows or add a small "
+                    "offset to the features"
+                )
+            if not bool(torch.isfinite(norms).all()):
+                bad = int(torch.nonzero(~torch.isfinite(norms))[0, 0]) + k * CHECK_CHUNK
+                raise ValueError(
+                    f"{name} has a row whose norm exceeds the float64 range (row {bad}); the cosine kernel is "
+                    "scale-invariant: divide the features by a constant (e.g. their largest absolute value)"
                 )
             inv = 1.0 / norms
             inv_norms.append(inv)
@@ -71,6 +79,13 @@ class CenteredCosine:
 
     def frobenius_norm(self) -> float:
         return float(torch.linalg.matrix_norm(self.gram(), ord="fro"))
+
+
+def _row_norms(x: Tensor) -> Tensor:
+    """ℓ2 norms of the rows of float64 ``x``, each row first divided by the power of two of its largest |entry|
+    (exact) so that rows at 1e200 or 1e-200 (whose squares over/underflow) get their true norm."""
+    e = pow2_exponent(x, 1)
+    return times_pow2(torch.linalg.vector_norm(times_pow2(x, -e), dim=1), e[:, 0])
 
 
 def centered_normalized_features(features: Tensor) -> Tensor:

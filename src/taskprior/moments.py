@@ -98,7 +98,10 @@ def kernel_scale(source: KernelSource, scale: str, name: str = "scale") -> float
         return 1.0
     norm = source.frobenius_norm()
     if not norm > 0:
-        raise ValueError(f"{name}='frobenius' but the kernel is zero (all points identical); use {name}='none'")
+        raise ValueError(
+            f"{name}='frobenius' but the kernel is zero (for features: every row points in the same direction, "
+            f"e.g. identical images or a collapsed backbone), so it cannot be scaled to unit norm; use {name}='none'"
+        )
     return norm
 
 

@@ -23,9 +23,10 @@ import warnings
 
 import torch
 
+from ..perturbations._random import check_generator
 from ..utils.threads import torch_threads
 from .kernels import CenteredCosine
-from .validation import SCALES, check_temperature
+from .validation import SCALES, check_int, check_temperature
 
 Tensor = torch.Tensor
 
@@ -83,11 +84,11 @@ def sample_task_labels(
     fresh random permutation per task (the authors' code). Randomness: task t consumes the t-th consecutive run of
     n·q (sequential) or n + n·q (random: permutation keys, then Gumbel noise) float64 uniforms from ``generator``,
     so ``num_tasks=k`` equals k successive calls with ``num_tasks=1`` on the same generator. Memory O(k·n·q + q·k·r).
+    Any T > 0 is valid: as T → 0 a point joins the class of largest prefix score Σ_{j<i} K_ij 1[y_j = c] (ties,
+    e.g. empty classes, broken uniformly), and tiny T (down to the smallest float64) give exactly that limit.
     """
-    if int(num_classes) != num_classes or num_classes < 2:
-        raise ValueError(f"num_classes must be an integer >= 2, got {num_classes}")
-    if int(num_tasks) != num_tasks or num_tasks < 1:
-        raise ValueError(f"num_tasks must be an integer >= 1, got {num_tasks}")
+    q, k = check_int(num_classes, "num_classes", 2), check_int(num_tasks, "num_tasks", 1)
+    check_generator(generator)
     if order not in ORDERS:
         raise ValueError(f"order must be one of {ORDERS}, got {order!r}")
     t = check_temperature(temperature)
@@ -99,7 +100,6 @@ def sample_task_labels(
         raise ValueError("pass prior_features (or a precomputed factor)")
     else:
         z = prior_factor(prior_features, scale=scale)
-    q, k = int(num_classes), int(num_tasks)
     n, r = z.shape
     device = z.device
     # Per task: n permutation keys (random order only), then n·q uniforms turned into Gumbel noise; a class is
@@ -109,7 +109,6 @@ def sample_task_labels(
     perm = torch.argsort(uniforms[:, :n], dim=1) if order == "random" else None
     gumbel = uniforms[:, extra:].view(k, n, q).clamp_(min=torch.finfo(torch.float64).tiny)
     gumbel.log_().neg_().log_().neg_()
-    zs = z / t  # fold 1/T into the query side once
     prefix = torch.zeros(k * q, r, dtype=torch.float64, device=device)  # row t·q + c holds U_c of task t
     labels = torch.empty(k, n, dtype=torch.long, device=device)
     tasks = torch.arange(k, device=device)
@@ -118,19 +117,29 @@ def sample_task_labels(
     with torch_threads(1):
         for step in range(n):
             if perm is None:
-                h = (prefix @ zs[step]).view(k, q)
                 zi = z[step].expand(k, r)
+                h = (prefix @ z[step]).view(k, q)
             else:
                 idx = perm[:, step]
                 zi = z[idx]  # (k, r)
-                h = torch.bmm(prefix.view(k, q, r), zi.unsqueeze(-1)).view(k, q) / t  # one gather per step
-            c = torch.argmax(h + gumbel[:, step], dim=1)
+                h = torch.bmm(prefix.view(k, q, r), zi.unsqueeze(-1)).view(k, q)  # one gather per step
+            c = torch.argmax(_scaled_logits(h, t) + gumbel[:, step], dim=1)
             if perm is None:
                 labels[:, step] = c
             else:
                 labels[tasks, idx] = c
             prefix.index_add_(0, rows + c, zi)
     return labels
+
+
+def _scaled_logits(h: Tensor, t: float) -> Tensor:
+    """(h − max_c h)/T: the logits h/T up to a per-row constant (softmax and Gumbel-max are unchanged by it).
+
+    Finite or −inf, never NaN, at any T > 0: h/T itself overflows for tiny T (T = 1e-310: 1/T = inf, 0·inf = NaN),
+    while every entry here is <= 0 with 0 at the row's maximum. As T → 0 the classes below the maximum go to −inf and
+    ties at the maximum are broken by the Gumbel noise: exactly the T → 0 limit of the sampler (argmax of h).
+    """
+    return (h - h.amax(-1, keepdim=True)) / t
 
 
 def sequential_log_prob(labels: Tensor, factor: Tensor, temperature: float, num_classes: int) -> Tensor:
@@ -140,6 +149,6 @@ def sequential_log_prob(labels: Tensor, factor: Tensor, temperature: float, num_
     kern = factor.to(torch.float64) @ factor.to(torch.float64).T
     onehot = torch.nn.functional.one_hot(labels, num_classes).to(torch.float64)  # (..., n, q)
     strict_lower = torch.tril(kern, diagonal=-1)  # K_ij for j < i
-    h = (strict_lower @ onehot) / t  # (..., n, q)
+    h = _scaled_logits(strict_lower @ onehot, t)  # (..., n, q)
     logp = torch.log_softmax(h, dim=-1)
     return logp.gather(-1, labels.unsqueeze(-1)).squeeze(-1).sum(-1)
