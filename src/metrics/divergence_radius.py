@@ -30,12 +30,19 @@ __all__ = ["DivergenceRadius", "CosineRobustness", "robustness_metrics"]
 
 F64 = torch.float64
 
+#: Rounding slack of a per-image value computed elsewhere (e.g. in float32). R_cs = (1 − cos)/2 and R_dr of unit
+#: vectors lie in [0, 1] exactly; a float32 dot product of two unit vectors of dimension D errs by at most
+#: γ_D ≈ D·u (Higham, "Accuracy and Stability of Numerical Algorithms", Thm 3.1; u = 2^-24), i.e. <= 2^-10 for
+#: D <= 2^14. Values within this slack of [0, 1] are rounding and are clipped to it; anything further out is a bug.
+VALUE_SLACK = 2.0**-10
+
 
 class _PerPerturbationMean(Metric):
     is_differentiable = False
     higher_is_better = False  # larger = less robust
     full_state_update = False
     _value_fn: Callable[[Tensor], Tensor]
+    _meaning: str  # what one per-image value is, and why it lies in [0, 1] (for the range error)
 
     def __init__(self, perturbations: Sequence[str], **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -52,7 +59,10 @@ class _PerPerturbationMean(Metric):
         return self.names.index(perturbation)
 
     def update_values(self, values: Tensor, perturbation: str | None = None) -> None:
-        """Add per-image values: (N, P) in the order of ``perturbations``, or (N,) for one ``perturbation``."""
+        """Add per-image values: (N, P) in the order of ``perturbations``, or (N,) for one ``perturbation``.
+
+        Values must lie in [0, 1] (the range of R_dr and R_cs); values within :data:`VALUE_SLACK` of it (float
+        rounding) are clipped to it, others raise a ValueError."""
         self.update(None, perturbation, values=values)
 
     def update(  # type: ignore[override]
@@ -71,9 +81,9 @@ class _PerPerturbationMean(Metric):
                 shape = "(N, n, D) for one perturbation" if perturbation is not None else "(N, P, n, D)"
                 raise ValueError(f"embeddings must be {shape}, got {tuple(embeddings.shape)}")
             values = type(self)._value_fn(embeddings)
-        v = torch.as_tensor(values).to(device=self.total.device, dtype=F64)
-        if not bool(torch.isfinite(v).all()):
-            raise ValueError(f"{type(self).__name__}: non-finite per-image values")
+        v = _check_range(
+            torch.as_tensor(values).to(device=self.total.device, dtype=F64), type(self).__name__, self._meaning
+        )
         if perturbation is None:
             if v.dim() != 2 or v.shape[1] != len(self.names):
                 raise ValueError(
@@ -100,16 +110,35 @@ class _PerPerturbationMean(Metric):
         return out
 
 
+def _check_range(v: Tensor, metric: str, meaning: str) -> Tensor:
+    """Per-image values ``v`` inside [0, 1] up to :data:`VALUE_SLACK` (then clipped to [0, 1]), else a ValueError."""
+    if not bool(torch.isfinite(v).all()):
+        raise ValueError(f"{metric}: non-finite per-image values (NaN/inf); check the embeddings that produced them")
+    if v.numel() and not bool(((v >= -VALUE_SLACK) & (v <= 1.0 + VALUE_SLACK)).all()):
+        raise ValueError(
+            f"{metric}: per-image values must lie in [0, 1], got values in [{float(v.min())}, {float(v.max())}]; "
+            f"each value is {meaning}, so it cannot leave [0, 1]. Pass the values of "
+            "src.robustness.divergence_radius / cosine_robustness (or SweepOutput.r_dr / r_cs), in the column order "
+            "of `perturbations`"
+        )
+    return v.clamp(0.0, 1.0)
+
+
 class DivergenceRadius(_PerPerturbationMean):
     """Mean DivergenceRadius R_dr (radius of the minimum enclosing ball of the unit embeddings; §3.3, eq. 10)."""
 
     _value_fn = staticmethod(divergence_radius)
+    _meaning = (
+        "R_dr, the radius of the minimum enclosing ball of unit-normalised embeddings (>= 0, and <= 1 because the "
+        "origin is within distance 1 of every unit vector)"
+    )
 
 
 class CosineRobustness(_PerPerturbationMean):
     """Mean cosine robustness R_cs = (1 − min pairwise cos) / 2 (§3.1, eq. 6)."""
 
     _value_fn = staticmethod(cosine_robustness)
+    _meaning = "R_cs = (1 − min pairwise cosine)/2, and a cosine lies in [−1, 1]"
 
 
 def robustness_metrics(

@@ -35,7 +35,7 @@ from ..taskprior.moments import (
     sharded_moment_sums,
 )
 from ..taskprior.probing import DEFAULT_QUANTILES, accuracy_summary
-from ..taskprior.validation import check_block_size, check_scale, check_temperature
+from ..taskprior.validation import check_block_size, check_int, check_scale, check_temperature, check_tensor
 from ..utils.distributed import Shard, no_reduce, process_seams
 
 __all__ = ["TaskAccuracies", "TaskPriorMoments"]
@@ -72,20 +72,21 @@ class TaskPriorMoments(Metric):
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        for name, v in (("num_samples", num_samples), ("eval_dim", eval_dim), ("prior_dim", prior_dim)):
-            if int(v) < 1:
-                raise ValueError(f"{name} must be >= 1, got {v}")
+        self.num_samples = check_int(num_samples, "num_samples", 1)
+        self.eval_dim = check_int(eval_dim, "eval_dim", 1)
+        self.prior_dim = check_int(prior_dim, "prior_dim", 1)
         self.temperature = check_temperature(temperature)
         self.block_size = check_block_size(block_size)
         self.eval_scale = check_scale(eval_scale, "eval_scale")
         self.prior_scale = check_scale(prior_scale, "prior_scale")
-        self.num_samples, self.eval_dim, self.prior_dim = int(num_samples), int(eval_dim), int(prior_dim)
         self.add_state("eval_features", torch.zeros(self.num_samples, self.eval_dim, dtype=F64), dist_reduce_fx="sum")
         self.add_state("prior_features", torch.zeros(self.num_samples, self.prior_dim, dtype=F64), dist_reduce_fx="sum")
         self.add_state("seen", torch.zeros(self.num_samples, dtype=F64), dist_reduce_fx="sum")
 
     def update(self, eval_features: Tensor, prior_features: Tensor, indices: Tensor) -> None:  # type: ignore[override]
         """Write rows ``indices`` of the image set: eval_features (B, eval_dim), prior_features (B, prior_dim)."""
+        check_tensor(eval_features, "eval_features", f"(B, {self.eval_dim})")
+        check_tensor(prior_features, "prior_features", f"(B, {self.prior_dim})")
         indices = torch.as_tensor(indices).reshape(-1).to(device=self.seen.device, dtype=torch.long)
         b = indices.numel()
         for name, f, d in (
@@ -144,6 +145,31 @@ class TaskPriorMoments(Metric):
         return {"mean": mean, "var": var, "z": z}
 
 
+def _check_logits_and_labels(logits: Tensor, labels: Tensor) -> None:
+    """Finite logits and integer labels in [0, q) (q = logits.shape[-1]); else a ValueError naming the fix.
+
+    A NaN row's argmax is index 0 (it would count as correct for label 0) and a label outside [0, q) can never be
+    predicted (it would count as wrong): both would bias the accuracy silently."""
+    if not bool(torch.isfinite(logits).all()):
+        bad = int((~torch.isfinite(logits)).any(-1).sum())
+        raise ValueError(
+            f"TaskAccuracies: logits contain NaN/inf in {bad} row(s); the argmax of such a row is meaningless. "
+            "Check the probe (e.g. a diverged training run: lower the learning rate) before scoring it"
+        )
+    q = logits.shape[-1]
+    if labels.numel() == 0:
+        return
+    lab = labels.to(torch.float64) if labels.is_floating_point() else labels
+    ok = (lab >= 0) & (lab < q)
+    if labels.is_floating_point():
+        ok &= lab == lab.round()
+    if not bool(ok.all()):
+        raise ValueError(
+            f"TaskAccuracies: labels must be integer classes in [0, {q}) (q = logits.shape[-1] = {q}), got values in "
+            f"[{float(lab.min())}, {float(lab.max())}]; remap the labels to 0..q-1 or give the logits q columns"
+        )
+
+
 class TaskAccuracies(Metric):
     """Held-out accuracy of ``num_tasks`` probes at once: states ``correct`` (num_tasks,) and ``total`` (sum-reduced).
 
@@ -158,19 +184,22 @@ class TaskAccuracies(Metric):
 
     def __init__(self, num_tasks: int, quantiles: Sequence[float] = DEFAULT_QUANTILES, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        if int(num_tasks) < 1:
-            raise ValueError(f"num_tasks must be >= 1, got {num_tasks}")
-        self.num_tasks = int(num_tasks)
+        self.num_tasks = check_int(num_tasks, "num_tasks", 1)
         self.quantiles = tuple(float(q) for q in quantiles)
         self.add_state("correct", torch.zeros(self.num_tasks, dtype=F64), dist_reduce_fx="sum")
         self.add_state("total", torch.zeros((), dtype=F64), dist_reduce_fx="sum")
 
     def update(self, logits: Tensor, labels: Tensor) -> None:  # type: ignore[override]
+        """Add a batch: ``logits`` (num_tasks, B, q) finite scores, ``labels`` (num_tasks, B) classes in [0, q)."""
+        for name, t in (("logits", logits), ("labels", labels)):
+            if not isinstance(t, Tensor):
+                raise TypeError(f"TaskAccuracies.update: {name} must be a torch.Tensor, got {type(t).__name__}")
         if logits.dim() != 3 or logits.shape[0] != self.num_tasks or labels.shape != logits.shape[:2]:
             raise ValueError(
                 f"expected logits ({self.num_tasks}, B, q) and labels ({self.num_tasks}, B), got "
                 f"{tuple(logits.shape)} and {tuple(labels.shape)}"
             )
+        _check_logits_and_labels(logits, labels)
         self.correct += (logits.argmax(-1) == labels).sum(-1).to(F64)
         self.total += labels.shape[1]
 
