@@ -14,13 +14,23 @@ from types import MappingProxyType
 import torch
 from torch import Tensor
 
+from ._random import check_generator
 from .blur import defocus_blur, glass_blur
 from .elastic import elastic_transform
 from .jpeg import jpeg_compression
 from .photometric import brightness, contrast, gaussian_noise
 from .weather import fog, frost
 
-__all__ = ["PerturbationSpec", "PERTURBATIONS", "perturb", "parameter_grid", "sample_parameters", "MIN_SIZE"]
+__all__ = [
+    "PerturbationSpec",
+    "PERTURBATIONS",
+    "SEVERITY_LEVELS",
+    "perturb",
+    "parameter_grid",
+    "sample_parameters",
+    "severity_parameter",
+    "MIN_SIZE",
+]
 
 PerturbationFn = Callable[[Tensor, Tensor, "torch.Generator | None"], Tensor]
 
@@ -33,9 +43,11 @@ class PerturbationSpec:
     """One perturbation ``P(x, k)``: ``k`` in ``domain = (a, b)``.
 
     ``deterministic``: whether P(x, k) is a function of (x, k) alone; random ones draw from a ``torch.Generator``.
-    ``fixed``: the fixed additional parameters (ImageNet-C values). ``severities``: imagecorruptions severity -> k for
-    the severities whose parameter lies in the domain AND whose other parameters equal ``fixed`` (the tests compare
-    against ``imagecorruptions.corrupt`` there).
+    ``fixed``: the fixed additional parameters (ImageNet-C values). ``imagenet_c``: ImageNet-C's value of k at
+    severities 1..5 (``imagecorruptions``' per-severity tables in our units); ``imagenet_c_other``: the severities at
+    which ImageNet-C ALSO changes a parameter that we keep fixed (what it uses there). ``severities``: severity -> k
+    for the severities that ``k`` reproduces exactly: k inside the domain and every other parameter equal to
+    ``fixed`` (derived from the two fields above; ``perturb(..., severity=s)`` accepts exactly these).
     """
 
     name: str
@@ -44,14 +56,30 @@ class PerturbationSpec:
     deterministic: bool
     fn: PerturbationFn
     fixed: MappingProxyType = field(default_factory=lambda: MappingProxyType({}))
+    imagenet_c: tuple[float, ...] = ()
+    imagenet_c_other: MappingProxyType = field(default_factory=lambda: MappingProxyType({}))
     severities: MappingProxyType = field(default_factory=lambda: MappingProxyType({}))
 
 
-def _spec(name, parameter, domain, deterministic, fn, fixed=None, severities=None) -> PerturbationSpec:
+def _spec(name, parameter, domain, deterministic, fn, fixed, imagenet_c, other=None) -> PerturbationSpec:
+    a, b = domain
+    other = other or {}
+    exact = {s: k for s, k in enumerate(imagenet_c, 1) if a <= k <= b and s not in other}
     return PerturbationSpec(
-        name, parameter, domain, deterministic, fn, MappingProxyType(fixed or {}), MappingProxyType(severities or {})
+        name,
+        parameter,
+        domain,
+        deterministic,
+        fn,
+        MappingProxyType(fixed),
+        tuple(imagenet_c),
+        MappingProxyType(other),
+        MappingProxyType(exact),
     )
 
+
+#: ImageNet-C's severity levels (``imagecorruptions.corrupt(severity=1..5)``)
+SEVERITY_LEVELS = (1, 2, 3, 4, 5)
 
 PERTURBATIONS: MappingProxyType[str, PerturbationSpec] = MappingProxyType(
     {
@@ -59,39 +87,44 @@ PERTURBATIONS: MappingProxyType[str, PerturbationSpec] = MappingProxyType(
         for s in (
             _spec(
                 "jpeg_compression", "quality factor (rounded to an integer)", (30.0, 70.0), True, jpeg_compression,
-                {"codec": "libjpeg, 4:2:0 chroma subsampling"},
+                {"codec": "libjpeg, 4:2:0 chroma subsampling"}, (25, 18, 15, 10, 7),
             ),
             _spec(
                 "brightness", "shift of the HSV value channel", (0.1, 0.5), True, brightness,
-                {}, {1: 0.1, 2: 0.2, 3: 0.3, 4: 0.4, 5: 0.5},
+                {}, (0.1, 0.2, 0.3, 0.4, 0.5),
             ),
             _spec(
                 "contrast", "factor on deviations from the per-channel mean", (0.3, 0.7), True, contrast,
-                {}, {1: 0.4, 2: 0.3},
+                {}, (0.4, 0.3, 0.2, 0.1, 0.05),
             ),
             _spec(
                 "defocus_blur", "disk kernel radius (px)", (1.0, 5.0), True, defocus_blur,
-                {"alias_blur": 0.5, "border": "reflect101"}, {2: 4.0},
+                {"alias_blur": 0.5, "border": "reflect101"}, (3, 4, 6, 8, 10), {1: "alias_blur 0.1"},
             ),
             _spec(
                 "elastic_transform", "displacement scale alpha/250", (0.01, 0.05), False, elastic_transform,
-                {"sigma": "0.01 x (H, W)", "max_displacement": "0.005 x H", "truncate": 3.0}, {1: 0.05},
+                {"sigma": "0.01 x (H, W)", "max_displacement": "0.005 x H", "truncate": 3.0},
+                (0.05, 0.065, 0.085, 0.1, 0.12),
             ),
             _spec(
                 "fog", "fog density", (0.5, 2.5), False, fog,
-                {"wibble_decay": 2.0}, {1: 1.5, 2: 2.0},
+                {"wibble_decay": 2.0}, (1.5, 2.0, 2.5, 2.5, 3.0),
+                {3: "wibble_decay 1.7", 4: "wibble_decay 1.5", 5: "wibble_decay 1.4"},
             ),
             _spec(
                 "frost", "weight of the frost photo", (0.2, 0.6), False, frost,
-                {"image_weight": 1.0}, {1: 0.4},
+                {"image_weight": 1.0}, (0.4, 0.6, 0.7, 0.7, 0.75),
+                {2: "image_weight 0.8", 3: "image_weight 0.7", 4: "image_weight 0.65", 5: "image_weight 0.6"},
             ),
             _spec(
                 "gaussian_noise", "noise standard deviation", (0.02, 0.10), False, gaussian_noise,
-                {}, {1: 0.08},
+                {}, (0.08, 0.12, 0.18, 0.26, 0.38),
             ),
             _spec(
                 "glass_blur", "Gaussian blur standard deviation (px)", (0.2, 1.0), False, glass_blur,
-                {"max_delta": 1, "iterations": 2, "truncate": 4.0, "border": "nearest"}, {1: 0.7},
+                {"max_delta": 1, "iterations": 2, "truncate": 4.0, "border": "nearest"}, (0.7, 0.9, 1.0, 1.1, 1.5),
+                {2: "max_delta 2, 1 iteration", 3: "max_delta 2, 3 iterations", 4: "max_delta 3, 2 iterations",
+                 5: "max_delta 4, 2 iterations"},
             ),
         )
     }
@@ -113,6 +146,11 @@ def _check_images(x: Tensor) -> None:
         raise ValueError(f"images must have shape (N, 3, H, W), got {tuple(x.shape)}")
     if min(x.shape[2:]) < MIN_SIZE:
         raise ValueError(f"images must be at least {MIN_SIZE}x{MIN_SIZE} px, got {x.shape[2]}x{x.shape[3]}")
+    if x.is_meta:
+        raise ValueError(
+            "images are a meta tensor (shape only, no pixel values), which cannot be perturbed; pass real images "
+            "(e.g. materialise them with torch.empty_like(x, device='cpu') and fill them)"
+        )
     if x.numel() == 0:
         return
     lo, hi = torch.aminmax(x)
@@ -124,9 +162,54 @@ def _check_images(x: Tensor) -> None:
         )
 
 
+def _k_tensor(spec: PerturbationSpec, k: object) -> Tensor:
+    """``k`` (a number, a sequence of numbers or a tensor) as a float64 CPU tensor, else a clear error naming k."""
+    a, b = spec.domain
+    want = f"a number in [{a}, {b}] ({spec.parameter}), a sequence of them or a tensor (one per image)"
+    if isinstance(k, Tensor):
+        if k.is_meta:
+            raise ValueError(f"{spec.name}: k is a meta tensor (shape only, no values); pass {want}")
+        if k.is_complex() or k.dtype == torch.bool:
+            raise TypeError(f"{spec.name}: k must be real numbers, got a {k.dtype} tensor; pass {want}")
+        return k.detach().cpu().to(torch.float64)
+    if isinstance(k, (str, bytes, bool)) or k is None:
+        raise TypeError(f"{spec.name}: k must be {want}, got {k!r} ({type(k).__name__})")
+    try:
+        return torch.as_tensor(k, dtype=torch.float64)
+    except (TypeError, ValueError, RuntimeError):
+        raise TypeError(f"{spec.name}: k must be {want}, got {k!r} ({type(k).__name__})") from None
+
+
+def severity_parameter(name: str, severity: int) -> float:
+    """The k that reproduces ImageNet-C's ``severity`` (1..5) of ``name`` exactly, or a ValueError saying why none
+    does (ImageNet-C's value lies outside the paper's domain, or it changes a parameter we keep fixed)."""
+    spec = _get(name)
+    if isinstance(severity, bool) or not isinstance(severity, int) or severity not in SEVERITY_LEVELS:
+        raise ValueError(
+            f"severity must be one of ImageNet-C's levels {list(SEVERITY_LEVELS)}, got {severity!r} "
+            f"({type(severity).__name__})"
+        )
+    if severity in spec.severities:
+        return float(spec.severities[severity])
+    a, b = spec.domain
+    k = spec.imagenet_c[severity - 1]
+    if severity in spec.imagenet_c_other:
+        why = (
+            f"it uses {spec.imagenet_c_other[severity]} where ours is fixed at "
+            f"{', '.join(f'{key} {v}' for key, v in spec.fixed.items())}"
+        )
+    else:
+        why = f"its {spec.parameter} is {k}, outside the domain [{a}, {b}] (Table 8 of Liu et al., arXiv:2604.14973)"
+    exact = ", ".join(f"{s} (k = {v})" for s, v in spec.severities.items()) or "none"
+    raise ValueError(
+        f"{name}: ImageNet-C severity {severity} is not reproduced exactly by k: {why}. Severities of {name} that "
+        f"are exact: {exact}; otherwise pass k in [{a}, {b}]"
+    )
+
+
 def _check_k(spec: PerturbationSpec, k, n: int) -> Tensor:
     """``k`` as a float64 CPU tensor of shape (N,) inside the domain (ends clamped within DOMAIN_SLACK)."""
-    kt = torch.as_tensor(k.detach().cpu() if isinstance(k, Tensor) else k, dtype=torch.float64)
+    kt = _k_tensor(spec, k)
     if kt.ndim == 0:
         kt = kt.expand(n)
     if kt.ndim != 1 or kt.shape[0] != n:
@@ -142,16 +225,31 @@ def _check_k(spec: PerturbationSpec, k, n: int) -> Tensor:
 
 
 def perturb(
-    x: Tensor, name: str, k: float | Sequence[float] | Tensor, generator: torch.Generator | None = None
+    x: Tensor,
+    name: str,
+    k: float | Sequence[float] | Tensor | None = None,
+    generator: torch.Generator | None = None,
+    *,
+    severity: int | None = None,
 ) -> Tensor:
     """Apply perturbation ``name`` with parameter ``k`` to images ``x`` (N, 3, H, W) float in [0, 1].
 
-    ``k``: one number for the batch or one per image (N,), inside ``PERTURBATIONS[name].domain``. Random perturbations
-    draw from ``generator`` (torch's default generator when None). Returns a new tensor of x's shape, dtype and device,
-    in [0, 1]; gradients do not flow through the perturbation (it is data augmentation, applied under no_grad).
-    Half-precision images are processed in float32 and cast back.
+    ``k``: one number for the batch or one per image (N,), inside ``PERTURBATIONS[name].domain``. Or, instead of k,
+    ``severity`` in 1..5: ImageNet-C's severity, accepted only where k reproduces it exactly
+    (``PERTURBATIONS[name].severities``; :func:`severity_parameter` says why the others are not). Random
+    perturbations draw from ``generator`` (torch's default generator when None). Returns a new tensor of x's shape,
+    dtype and device, in [0, 1]; gradients do not flow through the perturbation (it is data augmentation, applied
+    under no_grad). Half-precision images are processed in float32 and cast back.
     """
     spec = _get(name)
+    if (k is None) == (severity is None):
+        raise ValueError(
+            f"{name}: pass exactly one of k (the continuous parameter, {spec.parameter} in {list(spec.domain)}) and "
+            f"severity (ImageNet-C level; exact for {name}: {sorted(spec.severities) or 'none'})"
+        )
+    if severity is not None:
+        k = severity_parameter(name, severity)
+    check_generator(generator)
     _check_images(x)
     kt = _check_k(spec, k, x.shape[0])
     if x.shape[0] == 0:
@@ -185,8 +283,13 @@ def parameter_grid(name: str, m: int, mode: str = "equal", generator: torch.Gene
 
 
 def sample_parameters(name: str, n: int, generator: torch.Generator | None = None) -> Tensor:
-    """``n`` draws uniform on the domain of ``name`` (float64, CPU; unsorted)."""
+    """``n`` >= 0 draws uniform on the domain of ``name`` (float64, CPU; unsorted)."""
     a, b = _get(name).domain
+    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+        raise ValueError(
+            f"n must be an integer >= 0 (the number of parameters to draw), got {n!r} ({type(n).__name__})"
+        )
+    check_generator(generator)
     gen_device = generator.device if generator is not None else "cpu"
     u = torch.rand(n, generator=generator, dtype=torch.float64, device=gen_device).cpu()
     return a + (b - a) * u
