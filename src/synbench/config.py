@@ -43,8 +43,8 @@ class SynBenchConfig:
     seed; batch_size (forward batch); chunk_size (sampling chunk: changing it changes the samples).
     cov_divisor: "n-2" (official) | "n-1" (paper) | "n"; eig_tol ≥ 0: covariance eigenvalues ≤ the cut-off are
       dropped (pseudo-inverse); eig_tol_mode: "absolute" (official: cut-off = eig_tol = 1e-6, depends on the
-      feature scale) | "relative" (cut-off = eig_tol·λ_max, scale-invariant). A warning says when the cut-off
-      drops more than 1 % of the feature variance.
+      feature scale; refused with a ValueError naming the fix when it would drop more than 1 % of the feature
+      variance) | "relative" (cut-off = eig_tol·λ_max, scale-invariant; warns beyond 1 %).
     sample_on_device: draw samples with a generator on the feature device (faster on GPUs; other numbers).
     linalg_threads: torch CPU threads for everything except ``feature_fn`` (sampling, statistics, eigh, ε
       solves; forwards keep the caller's setting). 1 (default) is robust on busy CPUs, None leaves torch's

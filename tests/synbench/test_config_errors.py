@@ -1,5 +1,5 @@
 """Clear early errors and consistent validation: a_T below the grid integral, the eigenvalue cut-off (negative,
-mode, scale warning), feature functions that return no tensor, and full=true = the official protocol."""
+mode, scale refusal), feature functions that return no tensor, and full=true = the official protocol."""
 
 from __future__ import annotations
 
@@ -61,7 +61,7 @@ def test_eig_tol_is_validated() -> None:
         SynBenchConfig(eig_tol_mode="percent")
 
 
-def test_absolute_cut_off_warns_and_relative_is_scale_invariant() -> None:
+def test_absolute_cut_off_refuses_and_relative_is_scale_invariant() -> None:
     g = torch.Generator().manual_seed(0)
     y = (torch.rand(600, generator=g) < 0.5).long()
     z = torch.randn(600, 6, generator=g, dtype=torch.float64) + 0.8 * (2 * y[:, None] - 1)
@@ -69,7 +69,7 @@ def test_absolute_cut_off_warns_and_relative_is_scale_invariant() -> None:
     zt = torch.randn(500, 6, generator=g, dtype=torch.float64) + 0.8 * (2 * yt[:, None] - 1)
     base = evaluate_representation(z, y, zt, yt, [0.0, 0.3])
     small = 1e-4  # feature variances ~1e-8 < the official absolute cut-off 1e-6: every direction is dropped
-    with pytest.warns(RuntimeWarning, match="drops 6 of 6"), pytest.warns(RuntimeWarning, match="degenerate"):
+    with pytest.raises(ValueError, match=r"drops 6 of 6 .*100\.0 % .*Fix: eig_tol_mode='relative'"):
         evaluate_representation(small * z, y, small * zt, yt, [0.0, 0.3])
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # no warning: the relative cut-off 1e-6·λ_max drops nothing here
@@ -104,11 +104,11 @@ def test_full_true_is_the_official_protocol() -> None:
     assert SynBenchConfig(**fields).n_train == cfg.reduced.n_train and size == cfg.input_size
 
 
-def test_small_scale_features_warn_with_the_absolute_cut_off() -> None:
-    # features × 1e-4 have covariance eigenvalues ~1e-8 < the official absolute cut-off 1e-6: previously a
-    # silent change of the result, now a warning naming the fix
+def test_small_scale_features_are_refused_with_the_absolute_cut_off() -> None:
+    # features × 1e-4 have covariance eigenvalues ~1e-8 < the official absolute cut-off 1e-6: once a silent
+    # score of 0, then a warning, now an error naming the fix and the config key (at the first s value)
     cfg = SynBenchConfig(**SMALL)
-    with pytest.warns(RuntimeWarning, match="eig_tol_mode='relative'"), pytest.warns(RuntimeWarning, match="degen"):
+    with pytest.raises(ValueError, match=r"synbench\.eig_tol_mode=relative.*\(s = 0\.5\)"):
         synbench(lambda x: 1e-4 * flat(x), input_shape=SHAPE, config=cfg)
     rel = SynBenchConfig(**{**SMALL, "eig_tol_mode": "relative"})
     with warnings.catch_warnings():

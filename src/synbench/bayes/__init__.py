@@ -5,8 +5,9 @@ Conventions (docs/synbench.md):
 * Labels are {0, 1}; 1 ↔ +μ̃ (the paper's y = +1). μ̃ = (μ₁ − μ₀)/2, midpoint m = (μ₁ + μ₀)/2.
 * Σ is used through its eigendecomposition; eigenvalues ≤ the cut-off (``eig_tol``, default 1e-6, absolute
   as the official code; ``eig_tol_mode="relative"``: eig_tol·λ_max, scale-invariant) are dropped: Σ⁻¹ is the
-  pseudo-inverse on the retained eigenvectors F (Remark in A.5); a warning says when that drops > 1 % of the
-  feature variance.
+  pseudo-inverse on the retained eigenvectors F (Remark in A.5). An absolute cut-off that would drop > 1 % of the
+  feature variance (small-scale features) is refused with a ValueError naming ``eig_tol_mode="relative"``; an
+  explicit relative one that does only warns.
   Components of μ̃ outside span(F) are discarded (w ∈ span(F)); the ℓ2 z_Σ has none either.
 * Relative ε (official code): budget = ε·‖Fᵀμ̃‖₂ for ℓ2 (the *projected* μ̃, as ``get_bound_rep``) and
   ε·‖μ̃‖∞ for ℓ∞. Absolute ε: budget = ε. Allowed: finite ε ≥ 0, and ε < 1 in relative mode (ε ≥ 1 makes
