@@ -278,7 +278,14 @@ def _train(cfg: DictConfig, run_dir: Path | None) -> tuple[dict[str, float], dic
 def _run_info(cfg: DictConfig, trainer: L.Trainer, run_dir: Path, seconds: float) -> dict[str, Any]:
     """What ran, for metrics.json / summary.md: folder, overrides, checkpoints, epochs, time."""
     best = next((c for c in trainer.checkpoint_callbacks if isinstance(c, ModelCheckpoint) and c.monitor), None)
-    last = next((c.last_model_path for c in trainer.checkpoint_callbacks if isinstance(c, ModelCheckpoint)), "")
+    latest = [
+        path
+        for c in trainer.checkpoint_callbacks
+        if isinstance(c, ModelCheckpoint)
+        for path in (c.last_model_path, "" if c.monitor else c.best_model_path)  # monitor=None: the newest save
+        if path and Path(path).is_file()
+    ]
+    last = max(latest, key=lambda p: Path(p).stat().st_mtime) if latest else None
     overrides = None
     try:
         from hydra.core.hydra_config import HydraConfig
@@ -297,7 +304,7 @@ def _run_info(cfg: DictConfig, trainer: L.Trainer, run_dir: Path, seconds: float
         "best_checkpoint": best.best_model_path if best is not None else None,
         "best_score": float(best.best_model_score) if best is not None and best.best_model_score is not None else None,
         "monitor": best.monitor if best is not None else None,
-        "last_checkpoint": last or None,
+        "last_checkpoint": last,
         "seconds": round(seconds, 1),
     }
 
