@@ -7,7 +7,13 @@
 * batch unpacking (:func:`unpack_batch`: ``(x, y)``, ``(x, y, index)`` or ``{"image", "label", "index"}``);
 * label validation against ``num_classes``;
 * the optimizer (``adam`` | ``adamw`` | ``sgd``) and the per-step cosine schedule, from ``hparams``;
-* the checkpoint class record that the allow-list of :mod:`src.utils.checkpoint` checks.
+* the checkpoint class record that the allow-list of :mod:`src.utils.checkpoint` checks;
+* checkpoints without the frozen weights that the module rebuilds from its backbone spec (the submodules named in
+  :attr:`RepBenchModule.rebuilt_from_spec`, e.g. a probe's backbone): at the first save the spec is rebuilt once and
+  compared bit for bit (sha256) with the live weights; when equal the checkpoint keeps only their fingerprint
+  (:func:`~src.backbones.weights.omit_rebuilt_state`) and loading rebuilds them and checks the fingerprint
+  (:func:`~src.backbones.weights.restore_rebuilt_state`: a changed weights file is refused); when not (random
+  initialisation, weights changed after building, a cast to another dtype) the checkpoint stores them as before.
 
 Subclasses call ``super().__init__(backbone)`` first thing in ``__init__`` (before changing any argument), override
 :meth:`trainable_parameters`, and are decorated with ``@register_module``.
@@ -16,6 +22,7 @@ Subclasses call ``super().__init__(backbone)`` first thing in ``__init__`` (befo
 from __future__ import annotations
 
 import inspect
+import logging
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -25,9 +32,12 @@ from lightning.pytorch.utilities.parsing import collect_init_args
 from torch import Tensor, nn
 
 from ..backbones import Backbone, create_backbone
+from ..backbones.weights import omit_rebuilt_state, restore_rebuilt_state, state_fingerprint
 from ..utils.checkpoint import record_module_class
 
 __all__ = ["OPTIMIZERS", "SCHEDULERS", "RepBenchModule", "backbone_spec", "build_backbone", "unpack_batch"]
+
+log = logging.getLogger("repbench")
 
 OPTIMIZERS = ("adam", "adamw", "sgd")
 SCHEDULERS = ("cosine", "none", None)
@@ -93,7 +103,12 @@ class RepBenchModule(L.LightningModule):
 
     Hyperparameters the shared parts read (when the subclass has them): ``num_classes``, ``optimizer``, ``lr``,
     ``weight_decay``, ``momentum`` (SGD; 0.9 when absent), ``scheduler`` (``"cosine"`` per step, or ``None``).
+
+    ``rebuilt_from_spec``: names of frozen submodules whose weights are those of ``build_backbone(hparams.backbone)``
+    (never trained); checkpoints leave them out when the spec rebuilds them bit for bit (module docstring).
     """
+
+    rebuilt_from_spec: tuple[str, ...] = ()
 
     def __init__(self, backbone: Backbone | str | Mapping[str, Any]) -> None:
         super().__init__()
@@ -114,6 +129,9 @@ class RepBenchModule(L.LightningModule):
             raise ValueError(f"num_classes must be >= 2, got {hparams['num_classes']}")
         self.save_hyperparameters(hparams)
         self.backbone = build_backbone(backbone)
+        self._spec_fingerprint: str | None = None  # sha256 of build_backbone(hparams.backbone), at the first save
+        self._spec_checked = False
+        self._rebuilt_logged = False
 
     # ------------------------------------------------------------------ data
     unpack_batch = staticmethod(unpack_batch)
@@ -162,5 +180,52 @@ class RepBenchModule(L.LightningModule):
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
 
     # ------------------------------------------------------------ checkpoints
+    def spec_fingerprint(self) -> str | None:
+        """sha256 of the weights ``build_backbone(hparams.backbone)`` gives, built once on the CPU (global RNG state
+        preserved); None when the spec cannot be rebuilt here (the checkpoint then stores the frozen weights)."""
+        if not self._spec_checked:
+            self._spec_checked = True
+            try:
+                with torch.random.fork_rng(devices=[]):
+                    self._spec_fingerprint = state_fingerprint(build_backbone(self.hparams.backbone).state_dict())
+            except Exception as err:  # any failure only means: keep the weights in the checkpoint
+                log.warning(
+                    "backbone=%r could not be rebuilt to check it (%s: %s); checkpoints store the frozen weights",
+                    self.hparams.backbone,
+                    type(err).__name__,
+                    err,
+                )
+        return self._spec_fingerprint
+
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         record_module_class(self, checkpoint)
+        for name in self.rebuilt_from_spec:
+            state = getattr(self, name).state_dict()
+            live, spec = state_fingerprint(state), self.spec_fingerprint()
+            first, self._rebuilt_logged = not self._rebuilt_logged, True
+            size_mb = sum(t.numel() * t.element_size() for t in state.values()) / 1e6
+            if live == spec:
+                checkpoint["state_dict"] = omit_rebuilt_state(checkpoint["state_dict"], f"{name}.", live)
+                if first:
+                    log.info(
+                        "checkpoints leave out the frozen %s (%.1f MB): rebuilt from backbone=%r on load and checked "
+                        "against its sha256",
+                        name,
+                        size_mb,
+                        self.hparams.backbone,
+                    )
+            elif first and spec is not None:
+                log.info(
+                    "the frozen %s is not what backbone=%r rebuilds (random initialisation, or weights changed after "
+                    "building): checkpoints store its weights (%.1f MB)",
+                    name,
+                    self.hparams.backbone,
+                    size_mb,
+                )
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """Put back the frozen weights a checkpoint left out (rebuilt from the spec in ``__init__``), refusing them
+        if they differ from those the checkpoint was trained with."""
+        if "state_dict" in checkpoint:
+            what = f"the {type(self).__name__} checkpoint (backbone={self.hparams.get('backbone')!r})"
+            checkpoint["state_dict"] = restore_rebuilt_state(checkpoint["state_dict"], self, what)

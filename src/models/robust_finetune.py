@@ -101,7 +101,12 @@ class PerturbationRobustFineTune(RepBenchModule):
             parameters still train when selected). Then f′ = f exactly at the start (L2 = −1).
         lr, weight_decay, optimizer (adam | adamw | sgd), scheduler (cosine | None): optimisation.
         seed: seeds the perturbation draws: (seed, stage, step, rank) -> generator, reproducible after a resume.
+
+    Checkpoints store the student and leave out the frozen teacher when the backbone spec rebuilds it bit for bit
+    (see :class:`~src.models.base.RepBenchModule`).
     """
+
+    rebuilt_from_spec = ("teacher",)
 
     def __init__(
         self,

@@ -86,7 +86,12 @@ class TaskPriorProbe(RepBenchModule):
         skipped); None: all.
     results_file: write a JSON row (backbone, E, Var, accuracy summary, per-task accuracies) here at fit end.
     seed: labelings and head initialisation.
+
+    Checkpoints leave out the frozen backbone's weights when its spec rebuilds them bit for bit (see
+    :class:`~src.models.base.RepBenchModule`).
     """
+
+    rebuilt_from_spec = ("backbone",)
 
     def __init__(
         self,
