@@ -26,7 +26,7 @@ Sampling policy (``make_loader``):
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import lightning as L
@@ -43,6 +43,8 @@ __all__ = [
     "distributed_world",
     "fit_position",
     "make_loader",
+    "carve_splits",
+    "check_fractions",
     "stratified_split",
 ]
 
@@ -207,6 +209,43 @@ def stratified_split(
         assignment[position] = split
         counts[split] += 1
     return [torch.from_numpy(np.sort(order[assignment == s])).long() for s in range(len(f))]
+
+
+def check_fractions(fractions: Mapping[str, float]) -> float:
+    """The training fraction left by held-out ``fractions`` ({"val": ..., "test": ...}), or a ValueError naming the
+    config key (``data.<split>_fraction``) to fix: each must lie in (0, 1) and together they must stay below 1."""
+    for key, value in fractions.items():
+        if not 0.0 < float(value) < 1.0:
+            raise ValueError(f"{key}_fraction must be in (0, 1), got {value}; set data.{key}_fraction to e.g. 0.2")
+    total = sum(float(v) for v in fractions.values())
+    if total >= 1.0:
+        keys = " + ".join(f"{k}_fraction" for k in fractions)
+        raise ValueError(
+            f"{keys} = {total} >= 1 leaves nothing to train on; lower "
+            + " or ".join(f"data.{k}_fraction" for k in fractions)
+        )
+    return 1.0 - total
+
+
+def carve_splits(
+    labels: Sequence[int] | np.ndarray | Tensor, fractions: Mapping[str, float], seed: int, name: str
+) -> dict[str, Tensor]:
+    """Disjoint, stratified index tensors of ``range(len(labels))`` (:func:`stratified_split`, fixed by ``seed``):
+    ``fractions`` maps held-out split names ("val", "test") to their fractions (:func:`check_fractions`); "train"
+    gets the rest. A ValueError names the fraction to change when a split would be empty."""
+    train = check_fractions(fractions)
+    names = ["train", *fractions]
+    parts = dict(zip(names, stratified_split(labels, [train, *(float(f) for f in fractions.values())], seed)))
+    for key, part in parts.items():
+        if len(part) == 0:
+            fix = (
+                f"raise data.{key}_fraction"
+                if key != "train"
+                else "lower " + " or ".join(f"data.{k}_fraction" for k in fractions)
+            )
+            shares = ", ".join(f"{k} {float(f):g}" for k, f in fractions.items())
+            raise ValueError(f"{name}: the {key} split of {len(labels)} samples is empty ({shares}); {fix}")
+    return parts
 
 
 def distributed_world() -> tuple[int, int]:

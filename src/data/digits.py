@@ -8,11 +8,21 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.utils.data import Dataset
 
-from .common import IndexedDataset, SplitsDataModule, check_num_classes, stratified_split
+from .common import IndexedDataset, SplitsDataModule, carve_splits, check_fractions, check_num_classes
 
-__all__ = ["DigitsDataModule", "UpsampledDigits", "upsample_digits"]
+__all__ = ["DigitsDataModule", "UpsampledDigits", "check_image_size", "upsample_digits"]
 
 _INTERPOLATIONS = ("nearest", "bilinear", "bicubic")
+
+
+def check_image_size(image_size: object, key: str = "image_size") -> int:
+    """``image_size`` (an integer, or an integral float) as an int >= 1, or a ValueError naming ``key``."""
+    integral = isinstance(image_size, int | np.integer) or (isinstance(image_size, float) and image_size.is_integer())
+    if isinstance(image_size, bool) or not integral:
+        raise ValueError(f"{key} must be an integer >= 1 (pixels per side), got {image_size!r}")
+    if int(image_size) < 1:
+        raise ValueError(f"{key} must be an integer >= 1 (pixels per side), got {image_size}; set {key}=64 (say)")
+    return int(image_size)
 
 
 def upsample_digits(images: Tensor, image_size: int, interpolation: str = "bilinear") -> Tensor:
@@ -24,7 +34,8 @@ def upsample_digits(images: Tensor, image_size: int, interpolation: str = "bilin
     """
     if interpolation not in _INTERPOLATIONS:
         raise ValueError(f"unknown interpolation {interpolation!r}; expected one of {_INTERPOLATIONS}")
-    size = (int(image_size), int(image_size))
+    image_size = check_image_size(image_size)
+    size = (image_size, image_size)
     if interpolation == "nearest":
         out = F.interpolate(images, size=size, mode="nearest")
     else:
@@ -45,8 +56,7 @@ class UpsampledDigits(Dataset):
     PRECOMPUTE_MAX_SIZE = 128
 
     def __init__(self, images: Tensor, labels: Tensor, image_size: int, interpolation: str = "bilinear") -> None:
-        if image_size < 1:
-            raise ValueError(f"image_size must be >= 1, got {image_size}")
+        check_image_size(image_size)
         if interpolation not in _INTERPOLATIONS:
             raise ValueError(f"unknown interpolation {interpolation!r}; expected one of {_INTERPOLATIONS}")
         self.images = images  # (N, 1, 8, 8) float32 in [0, 1]
@@ -88,9 +98,11 @@ def load_digits_tensors() -> tuple[Tensor, Tensor]:
 class DigitsDataModule(SplitsDataModule):
     """scikit-learn digits as a LightningDataModule; batches ``(x, y, index)`` with x (B, 3, S, S) in [0, 1].
 
-    Split: stratified and fixed by ``seed``: train ``1 - val_fraction`` (70%) / val ``val_fraction`` (30%). The data
-    set has no separate test set: **test = val** (same samples, same order). ``train_indices`` / ``val_indices`` give
-    the positions in ``load_digits()`` order; ``index`` in a batch is the position within the split.
+    Split: three disjoint parts, stratified and fixed by ``seed``: train ``1 - val_fraction - test_fraction`` (60%) /
+    val ``val_fraction`` (20 %, 359 images: the per-epoch metrics and the best-checkpoint choice) / test
+    ``test_fraction`` (20 %, 360 images: held out, touched only by the test stage). ``train_indices`` /
+    ``val_indices`` / ``test_indices`` give the positions in ``load_digits()`` order; ``index`` in a batch is the
+    position within the split.
     Training order is a function of (seed, epoch) (see ``src.data.common``).
     """
 
@@ -101,7 +113,8 @@ class DigitsDataModule(SplitsDataModule):
         self,
         image_size: int = 64,
         batch_size: int = 64,
-        val_fraction: float = 0.3,
+        val_fraction: float = 0.2,
+        test_fraction: float = 0.2,
         seed: int = 0,
         num_workers: int = 0,
         interpolation: str = "bilinear",
@@ -109,15 +122,13 @@ class DigitsDataModule(SplitsDataModule):
     ) -> None:
         super().__init__()
         check_num_classes(num_classes, 10, "digits")
-        if not 0.0 < val_fraction < 1.0:
-            raise ValueError(f"val_fraction must be in (0, 1), got {val_fraction}")
-        if int(image_size) < 1:
-            raise ValueError(f"image_size must be >= 1, got {image_size}")
+        check_fractions({"val": val_fraction, "test": test_fraction})  # a clear error now, not at setup
+        check_image_size(image_size, "data.image_size")
         if interpolation not in _INTERPOLATIONS:
             raise ValueError(f"unknown interpolation {interpolation!r}; expected one of {_INTERPOLATIONS}")
         self.image_size = int(image_size)
         self.batch_size = int(batch_size)
-        self.val_fraction = float(val_fraction)
+        self.val_fraction, self.test_fraction = float(val_fraction), float(test_fraction)
         self.seed = int(seed)
         self.num_workers = int(num_workers)
         self.interpolation = interpolation
@@ -126,17 +137,18 @@ class DigitsDataModule(SplitsDataModule):
         self.test_dataset: IndexedDataset | None = None
         self.train_indices: Tensor | None = None  # positions in load_digits() order, set by setup()
         self.val_indices: Tensor | None = None
+        self.test_indices: Tensor | None = None
 
     def setup(self, stage: str | None = None) -> None:
         """Load and split (idempotent: later calls do nothing)."""
         if self.train_dataset is not None:
             return
         images, labels = load_digits_tensors()
-        train_idx, val_idx = stratified_split(labels, (1.0 - self.val_fraction, self.val_fraction), self.seed)
-        self.train_indices, self.val_indices = train_idx, val_idx
-        self.train_dataset = self._split_dataset(images, labels, train_idx)
-        self.val_dataset = self._split_dataset(images, labels, val_idx)
-        self.test_dataset = self.val_dataset
+        parts = carve_splits(labels, {"val": self.val_fraction, "test": self.test_fraction}, self.seed, "digits")
+        self.train_indices, self.val_indices, self.test_indices = parts["train"], parts["val"], parts["test"]
+        self.train_dataset, self.val_dataset, self.test_dataset = (
+            self._split_dataset(images, labels, parts[split]) for split in ("train", "val", "test")
+        )
 
     def _split_dataset(self, images: Tensor, labels: Tensor, idx: Tensor) -> IndexedDataset:
         return IndexedDataset(UpsampledDigits(images[idx], labels[idx], self.image_size, self.interpolation))

@@ -7,6 +7,8 @@ can be compared with. Samples come from :mod:`src.synbench.sampling` (seeded, in
 
 from __future__ import annotations
 
+import numbers
+
 import torch
 from torch.utils.data import TensorDataset
 
@@ -17,9 +19,13 @@ __all__ = ["GaussianTaskDataModule"]
 
 
 class GaussianTaskDataModule(SplitsDataModule):
-    """Args: ``s`` separation (> 0), ``image_size`` (3, S, S inputs), ``n_train``/``n_val`` samples, ``mean_offset``
-    (pixel mean, official 0.5), ``class_prior`` τ, ``seed``. Values leave [0, 1] on purpose (no clipping); probes need
-    ``check_input_range=False``. Test = val."""
+    """Args: ``s`` separation (> 0), ``image_size`` (3, S, S inputs), ``n_train``/``n_val``/``n_test`` samples,
+    ``mean_offset`` (pixel mean, official 0.5), ``class_prior`` τ, ``seed``. Values leave [0, 1] on purpose (no
+    clipping); probes need ``check_input_range=False``.
+
+    Splits: train = samples 0 … n_train − 1 of the sampler's "train" stream; val = samples 0 … n_val − 1 and test =
+    samples n_val … n_val + n_test − 1 of its independent "test" stream (counter-based draws: disjoint, independent
+    samples, and val is the same whatever ``n_test``)."""
 
     def __init__(
         self,
@@ -27,6 +33,7 @@ class GaussianTaskDataModule(SplitsDataModule):
         image_size: int = 32,
         n_train: int = 2048,
         n_val: int = 1024,
+        n_test: int = 1024,
         mean_offset: float = 0.5,
         class_prior: float = 0.5,
         batch_size: int = 128,
@@ -37,6 +44,9 @@ class GaussianTaskDataModule(SplitsDataModule):
         super().__init__()
         if not s > 0:
             raise ValueError(f"s must be > 0 (Bayes accuracy Phi(s)), got {s}")
+        for key, n in (("n_train", n_train), ("n_val", n_val), ("n_test", n_test)):
+            if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 1:
+                raise ValueError(f"{key} must be an integer >= 1 (samples), got {n!r}; set data.{key}")
         if num_classes not in (None, 2):
             raise ValueError(f"the Gaussian task is binary: num_classes must be 2, got {num_classes}")
         self.save_hyperparameters()
@@ -48,9 +58,10 @@ class GaussianTaskDataModule(SplitsDataModule):
         """Φ(s): the accuracy of the Bayes classifier in pixel space."""
         return float(torch.distributions.Normal(0.0, 1.0).cdf(torch.tensor(float(self.hparams.s))))
 
-    def _split(self, n: int, split: str) -> IndexedDataset:
+    def _draw(self, n: int, split: str) -> tuple[torch.Tensor, torch.Tensor]:
+        """Samples 0 … n − 1 of the sampler's ``split`` stream ("train" or "test")."""
         hp = self.hparams
-        x, y = sample(
+        return sample(
             n,
             s=float(hp.s),
             input_shape=(3, hp.image_size, hp.image_size),
@@ -59,9 +70,12 @@ class GaussianTaskDataModule(SplitsDataModule):
             mean_offset=float(hp.mean_offset),
             class_prior=float(hp.class_prior),
         )
-        return IndexedDataset(TensorDataset(x, y))
 
     def setup(self, stage: str | None = None) -> None:
-        if self.train_dataset is None:
-            self.train_dataset = self._split(int(self.hparams.n_train), "train")
-            self.val_dataset = self.test_dataset = self._split(int(self.hparams.n_val), "test")
+        if self.train_dataset is not None:
+            return
+        n_val, n_test = int(self.hparams.n_val), int(self.hparams.n_test)
+        self.train_dataset = IndexedDataset(TensorDataset(*self._draw(int(self.hparams.n_train), "train")))
+        x, y = self._draw(n_val + n_test, "test")
+        self.val_dataset = IndexedDataset(TensorDataset(x[:n_val], y[:n_val]))
+        self.test_dataset = IndexedDataset(TensorDataset(x[n_val:], y[n_val:]))

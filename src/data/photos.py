@@ -14,7 +14,7 @@ from torch import Tensor
 from torch.utils.data import TensorDataset
 
 from ..utils.photos import PHOTO_NAMES, load_photo, random_crops
-from .common import IndexedDataset, SplitsDataModule
+from .common import IndexedDataset, SplitsDataModule, _mix_seed
 
 __all__ = ["PHOTO_NAMES", "PhotosDataModule", "load_photo", "random_crops"]
 
@@ -23,8 +23,9 @@ class PhotosDataModule(SplitsDataModule):
     """Random square crops of bundled real photos; batches ``(x, y, index)`` with ``y`` the source photo's index in
     ``photos`` (not a class label: the fine-tuning is unsupervised).
 
-    Train crops come from the photos not listed in ``val_photos``; validation (= test) crops from ``val_photos`` only,
-    so utility is measured on unseen photos. Crops are a pure function of ``seed`` (computed once in ``setup``).
+    Three disjoint sets of photos: validation crops come from ``val_photos`` only, test crops from ``test_photos``
+    only (held out: only the test stage sees them), training crops from the other photos, so utility is measured
+    on unseen photos. Each split's crops are a pure function of ``(seed, split)`` (computed once in ``setup``).
     """
 
     def __init__(
@@ -32,9 +33,11 @@ class PhotosDataModule(SplitsDataModule):
         image_size: int = 64,
         num_train: int = 256,
         num_val: int = 64,
+        num_test: int = 64,
         batch_size: int = 32,
         photos: Sequence[str] | None = None,
         val_photos: Sequence[str] = ("chelsea", "coffee", "china"),
+        test_photos: Sequence[str] = ("astronaut", "rocket"),
         min_scale: float = 0.25,
         seed: int = 0,
         num_workers: int = 0,
@@ -44,19 +47,26 @@ class PhotosDataModule(SplitsDataModule):
         unknown = sorted(set(photos) - set(PHOTO_NAMES))
         if unknown:
             raise ValueError(f"unknown photos {unknown}; known: {', '.join(PHOTO_NAMES)}")
-        val = list(val_photos)
-        if not set(val) <= set(photos):
-            raise ValueError(f"val_photos {sorted(set(val) - set(photos))} are not in photos")
-        if not set(photos) - set(val):
-            raise ValueError("every photo is a validation photo: leave at least one for training")
+        val, test = list(val_photos), list(test_photos)
+        for key, names in (("val_photos", val), ("test_photos", test)):
+            if not names or not set(names) <= set(photos):
+                raise ValueError(
+                    f"{key} must be a non-empty subset of photos; {sorted(set(names) - set(photos)) or 'none'} are not "
+                    f"in photos ({', '.join(photos)})"
+                )
+        if set(val) & set(test):
+            raise ValueError(f"photos {sorted(set(val) & set(test))} are in both val_photos and test_photos")
+        if not set(photos) - set(val) - set(test):
+            raise ValueError("every photo is a validation or test photo: leave at least one for training")
         if int(image_size) < 16:
             raise ValueError(f"image_size must be >= 16, got {image_size}")
-        if int(num_train) < 1 or int(num_val) < 1:
-            raise ValueError(f"num_train and num_val must be >= 1, got {num_train}, {num_val}")
+        if int(num_train) < 1 or int(num_val) < 1 or int(num_test) < 1:
+            raise ValueError(f"num_train, num_val and num_test must be >= 1, got {num_train}, {num_val}, {num_test}")
         if not 0.0 < float(min_scale) <= 1.0:
             raise ValueError(f"min_scale must be in (0, 1], got {min_scale}")
-        self.photos, self.val_photos = photos, val
+        self.photos, self.val_photos, self.test_photos = photos, val, test
         self.image_size, self.num_train, self.num_val = int(image_size), int(num_train), int(num_val)
+        self.num_test = int(num_test)
         self.min_scale = float(min_scale)
         self.batch_size = int(batch_size)
         self.seed = int(seed)
@@ -66,18 +76,21 @@ class PhotosDataModule(SplitsDataModule):
         """Load the photos and cut the crops (idempotent)."""
         if self.train_dataset is not None:
             return
-        g = torch.Generator().manual_seed(self.seed)
+        held_out = set(self.val_photos) | set(self.test_photos)
         splits = {}
-        for split, names, n in (
-            ("train", [p for p in self.photos if p not in self.val_photos], self.num_train),
-            ("val", self.val_photos, self.num_val),
+        for k, (split, names, n) in enumerate(
+            (
+                ("train", [p for p in self.photos if p not in held_out], self.num_train),
+                ("val", self.val_photos, self.num_val),
+                ("test", self.test_photos, self.num_test),
+            )
         ):
+            g = torch.Generator().manual_seed(_mix_seed(self.seed, k))
             imgs = [load_photo(p) for p in names]
             x, src = random_crops(imgs, n, self.image_size, self.min_scale, g)
             label = torch.tensor([self.photos.index(names[int(i)]) for i in src], dtype=torch.long)
             splits[split] = IndexedDataset(TensorDataset(x, label))
-        self.train_dataset, self.val_dataset = splits["train"], splits["val"]
-        self.test_dataset = self.val_dataset
+        self.train_dataset, self.val_dataset, self.test_dataset = splits["train"], splits["val"], splits["test"]
 
     def probe_images(self, split: str = "val") -> Tensor:
         """All images of a split as one tensor (N, 3, S, S) (e.g. a fixed probe set for a callback)."""

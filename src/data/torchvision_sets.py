@@ -3,9 +3,10 @@
 Images: ``transforms.v2`` resize (shorter side to ``image_size / crop_pct``, bicubic, antialias) then center crop
 ``image_size`` -> float (3, S, S) in [0, 1]; no normalization (it lives in the backbone adapter).
 
-Splits: where a set has no validation split (cifar10, cifar100, svhn, stl10, food101, and an image folder without
-``val_root``), val is a stratified ``val_fraction`` carved from train (fixed by ``seed``) and test is the official
-test split (an image folder has none: test = val). Imagenette's official ``val`` split is our val and test.
+Splits: three disjoint parts. The official held-out split is the test split (cifar10, cifar100, svhn, stl10,
+food101: ``test``; imagenette: its official ``val``), and val is a stratified ``val_fraction`` carved from the
+official train split (fixed by ``seed``). An image folder (``root``) takes val from ``val_root`` and test from
+``test_root`` where given, else carves them from ``root`` (stratified ``val_fraction`` / ``test_fraction``).
 
 Offline: nothing is downloaded unless ``download=True``; missing files raise :class:`DatasetNotFoundError` (a
 ``FileNotFoundError``) naming the data set, the folder looked in and the fix. With ``download=True`` and no network
@@ -25,7 +26,7 @@ import torch
 from torch.utils.data import Dataset
 
 from ..utils.network import offline_reason as _offline_reason
-from .common import IndexedDataset, SplitsDataModule, check_num_classes, stratified_split
+from .common import IndexedDataset, SplitsDataModule, carve_splits, check_fractions, check_num_classes
 
 __all__ = ["DatasetNotFoundError", "TorchvisionDataModule", "build_transform", "DATASETS"]
 
@@ -39,7 +40,7 @@ class _Spec:
     cls: str  # torchvision.datasets class name
     num_classes: int
     splits: tuple[str, str]  # (official train split, official held-out split)
-    has_val: bool  # the held-out split is a validation split (no test split)
+    has_val: bool  # the official held-out split is named "val" (we use it as the test split)
     layout: str  # what must exist under root
 
 
@@ -192,9 +193,11 @@ class TorchvisionDataModule(SplitsDataModule):
         download: bool = False,
         seed: int = 0,
         val_fraction: float = 0.1,
+        test_fraction: float = 0.1,
         num_workers: int = 0,
         train_transform: str = "none",
         val_root: str | None = None,
+        test_root: str | None = None,
         crop_pct: float = 0.875,
         num_classes: int | None = None,
     ) -> None:
@@ -202,13 +205,16 @@ class TorchvisionDataModule(SplitsDataModule):
         self._expected_classes = num_classes
         if name not in DATASETS:
             raise ValueError(f"unknown data set {name!r}; expected one of {sorted(DATASETS)}")
-        if not 0.0 < val_fraction < 1.0:
-            raise ValueError(f"val_fraction must be in (0, 1), got {val_fraction}")
-        if val_root is not None and name != "imagefolder":
-            raise ValueError("val_root is only for name='imagefolder'")
-        self.name, self.root, self.val_root = name, Path(root), Path(val_root) if val_root else None
+        check_fractions({"val": val_fraction, "test": test_fraction})
+        for key, value in (("val_root", val_root), ("test_root", test_root)):
+            if value is not None and name != "imagefolder":
+                raise ValueError(f"{key} is only for name='imagefolder' ({name} has official splits)")
+        self.name, self.root = name, Path(root)
+        self.val_root = Path(val_root) if val_root else None
+        self.test_root = Path(test_root) if test_root else None
         self.image_size, self.batch_size, self.download = int(image_size), int(batch_size), bool(download)
         self.seed, self.val_fraction, self.num_workers = int(seed), float(val_fraction), int(num_workers)
+        self.test_fraction = float(test_fraction)
         self.train_transform, self.crop_pct = train_transform, float(crop_pct)
         self._train_tf = build_transform(self.image_size, train_transform, self.crop_pct)
         self._eval_tf = build_transform(self.image_size, "none", self.crop_pct)
@@ -231,8 +237,17 @@ class TorchvisionDataModule(SplitsDataModule):
 
     def _open(self, split: str, download: bool) -> Dataset:
         if self.name == "imagefolder":
-            return open_image_folder(self.root if split == "train" else self.val_root)
+            return open_image_folder(self.root)  # the training folder (val/test folders: _held_out)
         return open_dataset(self.name, self.root, split, download=download)
+
+    def _held_out(self) -> dict[str, Dataset | None]:
+        """{"val": ..., "test": ...}: the data sets given for those splits, None where they are carved from train."""
+        if self.name == "imagefolder":
+            return {
+                "val": open_image_folder(self.val_root) if self.val_root else None,
+                "test": open_image_folder(self.test_root) if self.test_root else None,
+            }
+        return {"val": None, "test": self._open(DATASETS[self.name].splits[1], self.download)}
 
     def prepare_data(self) -> None:
         """Download missing files when ``download=True`` (one process per node)."""
@@ -246,20 +261,22 @@ class TorchvisionDataModule(SplitsDataModule):
             return
         spec = DATASETS[self.name]
         train_base = self._open(spec.splits[0], self.download)
-        has_val = spec.has_val or self.val_root is not None
-        held_out = self._open(spec.splits[1], self.download) if (has_val or self.name != "imagefolder") else None
+        held_out = self._held_out()
         self.class_names = _class_names(train_base, spec.num_classes)
-        if held_out is not None and _class_names(held_out, spec.num_classes) != self.class_names:
-            raise ValueError(f"{self.name}: the classes of the validation folder differ from the training folder's")
+        for split, base in held_out.items():
+            if base is not None and _class_names(base, spec.num_classes) != self.class_names:
+                raise ValueError(f"{self.name}: the classes of the {split} data differ from the training data's")
         check_num_classes(self._expected_classes, len(self.class_names), self.name)
-        if has_val:
-            train = _TransformedSubset(train_base, None, self._train_tf)
-            val = test = _TransformedSubset(held_out, None, self._eval_tf)
-        else:
-            fractions = (1.0 - self.val_fraction, self.val_fraction)
-            train_idx, val_idx = stratified_split(_labels(train_base), fractions, self.seed)
-            train = _TransformedSubset(train_base, train_idx, self._train_tf)
-            val = _TransformedSubset(train_base, val_idx, self._eval_tf)
-            test = val if held_out is None else _TransformedSubset(held_out, None, self._eval_tf)
-        self.train_dataset, self.val_dataset = IndexedDataset(train), IndexedDataset(val)
-        self.test_dataset = self.val_dataset if test is val else IndexedDataset(test)
+        fractions = {"val": self.val_fraction, "test": self.test_fraction}
+        carved = {k: f for k, f in fractions.items() if held_out[k] is None}
+        parts = carve_splits(_labels(train_base), carved, self.seed, self.name) if carved else {"train": None}
+        splits = {"train": _TransformedSubset(train_base, parts["train"], self._train_tf)}
+        for split, base in held_out.items():
+            splits[split] = (
+                _TransformedSubset(train_base, parts[split], self._eval_tf)
+                if base is None
+                else _TransformedSubset(base, None, self._eval_tf)
+            )
+        self.train_dataset, self.val_dataset, self.test_dataset = (
+            IndexedDataset(splits[k]) for k in ("train", "val", "test")
+        )

@@ -50,12 +50,13 @@ def test_split_is_fixed_by_seed_disjoint_and_complete(digits):
     again.setup()
     other = DigitsDataModule(image_size=32, seed=1)
     other.setup()
-    assert torch.equal(again.train_indices, digits.train_indices) and torch.equal(again.val_indices, digits.val_indices)
-    assert not torch.equal(other.val_indices, digits.val_indices)
-    both = torch.cat([digits.train_indices, digits.val_indices])
-    assert torch.equal(both.sort().values, torch.arange(1797))
-    assert len(digits.val_indices) == round(0.3 * 1797)
-    assert digits.test_dataset is digits.val_dataset  # digits has no test split: test = val
+    for split in ("train", "val", "test"):
+        assert torch.equal(getattr(again, f"{split}_indices"), getattr(digits, f"{split}_indices"))
+        assert not torch.equal(getattr(other, f"{split}_indices"), getattr(digits, f"{split}_indices"))
+    every = torch.cat([digits.train_indices, digits.val_indices, digits.test_indices])
+    assert torch.equal(every.sort().values, torch.arange(1797))  # disjoint and complete
+    # 0.2 * 1797 = 359.4 each: largest remainder gives one of them 360
+    assert sorted([len(digits.val_indices), len(digits.test_indices)]) == [359, 360]
     train_before = digits.train_dataset
     digits.setup("test")  # idempotent
     assert digits.train_dataset is train_before
@@ -63,7 +64,7 @@ def test_split_is_fixed_by_seed_disjoint_and_complete(digits):
 
 def test_split_is_stratified(digits):
     labels = load_digits().target
-    for positions, fraction in ((digits.train_indices, 0.7), (digits.val_indices, 0.3)):
+    for positions, fraction in ((digits.train_indices, 0.6), (digits.val_indices, 0.2), (digits.test_indices, 0.2)):
         counts = np.bincount(labels[positions.numpy()], minlength=10)
         expected = fraction * np.bincount(labels, minlength=10)
         assert (counts > 0).all() and np.abs(counts - expected).max() <= 2

@@ -47,6 +47,6 @@ def test_bad_arguments():
     with pytest.raises(ValueError, match="not in photos"):
         PhotosDataModule(photos=["astronaut", "china"], val_photos=["coffee"])
     with pytest.raises(ValueError, match="leave at least one"):
-        PhotosDataModule(photos=["coffee"], val_photos=["coffee"])
+        PhotosDataModule(photos=["coffee", "china"], val_photos=["coffee"], test_photos=["china"])
     with pytest.raises(ValueError, match="image_size"):
         PhotosDataModule(image_size=8)

@@ -38,11 +38,13 @@ def _check_batch(batch, size: int) -> None:
 
 def test_imagefolder_carves_a_stratified_val_split(tmp_path):
     root = _write_folder(tmp_path / "train")
-    dm = TorchvisionDataModule("imagefolder", root=str(root), image_size=16, batch_size=4, val_fraction=0.4, seed=0)
+    dm = TorchvisionDataModule(
+        "imagefolder", root=str(root), image_size=16, batch_size=4, val_fraction=0.4, test_fraction=0.2, seed=0
+    )
     assert dm.num_classes == 2  # known before setup
     dm.setup("fit")
     assert dm.class_names == ["cat", "dog"]
-    assert len(dm.train_dataset) == 6 and len(dm.val_dataset) == 4 and dm.test_dataset is dm.val_dataset
+    assert len(dm.train_dataset) == 4 and len(dm.val_dataset) == 4 and len(dm.test_dataset) == 2
     for loader in (dm.train_dataloader(), dm.val_dataloader()):
         for batch in loader:
             _check_batch(batch, 16)
@@ -60,11 +62,18 @@ def test_imagefolder_carves_a_stratified_val_split(tmp_path):
 def test_imagefolder_with_val_root_and_augmentation(tmp_path):
     root = _write_folder(tmp_path / "train", per_class=3)
     val_root = _write_folder(tmp_path / "val", per_class=2)
+    test_root = _write_folder(tmp_path / "test", per_class=1)
     dm = TorchvisionDataModule(
-        "imagefolder", root=str(root), val_root=str(val_root), image_size=12, batch_size=8, train_transform="flip_crop"
+        "imagefolder",
+        root=str(root),
+        val_root=str(val_root),
+        test_root=str(test_root),
+        image_size=12,
+        batch_size=8,
+        train_transform="flip_crop",
     )
     dm.setup()
-    assert len(dm.train_dataset) == 6 and len(dm.val_dataset) == 4 and dm.test_dataset is dm.val_dataset
+    assert len(dm.train_dataset) == 6 and len(dm.val_dataset) == 4 and len(dm.test_dataset) == 2
     _check_batch(next(iter(dm.train_dataloader())), 12)
     _check_batch(next(iter(dm.test_dataloader())), 12)
 
