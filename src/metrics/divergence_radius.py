@@ -25,6 +25,7 @@ from ..features import FeatureExtractor
 from ..robustness.metrics import cosine_robustness, divergence_radius
 from ..robustness.protocol import robustness_sweep
 from ..utils.distributed import Shard, all_reduce_sum, no_reduce, raise_if_any_failed
+from ._plot import PlotMixin
 
 __all__ = ["DivergenceRadius", "CosineRobustness", "robustness_metrics"]
 
@@ -37,10 +38,12 @@ F64 = torch.float64
 VALUE_SLACK = 2.0**-10
 
 
-class _PerPerturbationMean(Metric):
+class _PerPerturbationMean(PlotMixin, Metric):
     is_differentiable = False
     higher_is_better = False  # larger = less robust
     full_state_update = False
+    plot_lower_bound = 0.0  # R_dr and R_cs lie in [0, 1]
+    plot_upper_bound = 1.0
     _value_fn: Callable[[Tensor], Tensor]
     _meaning: str  # what one per-image value is, and why it lies in [0, 1] (for the range error)
 

@@ -25,22 +25,28 @@ from ..synbench.result import SynBenchResult
 from ..synbench.runner import sampling_device
 from ..utils import format_eps
 from ..utils.distributed import process_seams
+from ._plot import PlotMixin
 
-__all__ = ["SynBenchScore", "synbench_distributed", "scores_of"]
+__all__ = ["SynBenchScore", "synbench_distributed", "scores_of", "score_values"]
 
 F64 = torch.float64
 
 
-def scores_of(result: SynBenchResult) -> dict[str, float]:
-    """Scores at a_T = config.a_T[0]: ``score_eps_<ε>`` per ε, ``score`` (ε = eps[0]) and ``best_eps``."""
+def score_values(result: SynBenchResult) -> dict[str, float]:
+    """The scores at a_T = config.a_T[0] (higher is better): ``score_eps_<ε>`` per ε and ``score`` (ε = eps[0])."""
     eps = result.config.eps
     out = {f"score_eps_{format_eps(e)}": result.score(e) for e in eps}
     out["score"] = result.score(eps[0])
-    out["best_eps"] = result.best_eps()
     return out
 
 
-class SynBenchScore(Metric):
+def scores_of(result: SynBenchResult) -> dict[str, float]:
+    """What the callback logs: :func:`score_values` and ``best_eps``, the ε of the largest score (a choice of ε,
+    not a score: it is not "higher is better")."""
+    return {**score_values(result), "best_eps": result.best_eps()}
+
+
+class SynBenchScore(PlotMixin, Metric):
     """SynBench-Score of a feature function on the protocol ``config`` (see module docstring).
 
     Args:
@@ -51,11 +57,23 @@ class SynBenchScore(Metric):
 
     States (all sum-reduced): ``n_correct`` (S, E), ``sum_bound`` (S, E), ``n_total`` (S,), ``feature_dim`` (1,)
     (the dimension times the number of updating ranks' contributions; see :meth:`result`).
+
+    Outputs: :meth:`compute` gives the scores only (``higher_is_better`` refers to them; >= 0, 1 = the reference); the ε that
+    maximises the score is a separate output, :meth:`best_eps` (``scores_of`` adds it for logging).
+
+    Why ``update`` takes a feature function and no feature tensors: SynBench scores a representation on ITS OWN
+    synthetic data. For every s the protocol draws class-conditional Gaussian images from the config's seeds (each
+    rank its chunks), forwards them, and needs the training statistics of ALL ranks (summed) before any test sample
+    is scored with the ε-robust classifiers. Features of other images are not SynBench, and a tensor form per s
+    (``update_features(s, train_z, train_y, test_z, test_y)``) would need the per-s body of
+    :func:`src.synbench.protocol.run_protocol` (train statistics -> classifiers -> test sums) as a function of its
+    own; until then the protocol stays in one loop (design: "one loop per protocol").
     """
 
     is_differentiable = False
-    higher_is_better = True
+    higher_is_better = True  # the scores; best_eps() is not a score
     full_state_update = False
+    plot_lower_bound = 0.0  # scores are >= 0; no upper bound: a finite-sample score can exceed 1 (synbench/score.py)
 
     def __init__(
         self,
@@ -115,8 +133,14 @@ class SynBenchScore(Metric):
             return self._result()
 
     def compute(self) -> dict[str, Tensor]:
-        """Scores at a_T = config.a_T[0]: ``score`` (ε = eps[0]), ``score_eps_<ε>`` and ``best_eps`` (float64)."""
-        return {k: torch.tensor(v, dtype=F64) for k, v in scores_of(self._result()).items()}
+        """Scores at a_T = config.a_T[0] (float64, higher is better): ``score`` (ε = eps[0]) and ``score_eps_<ε>``.
+        The maximising ε is :meth:`best_eps`."""
+        return {k: torch.tensor(v, dtype=F64) for k, v in score_values(self._result()).items()}
+
+    def best_eps(self) -> float:
+        """The ε of the largest score at a_T = config.a_T[0] (:meth:`SynBenchResult.best_eps`; synchronised like
+        :meth:`result`): an input choice, reported next to the scores, not a score to maximise."""
+        return self.result().best_eps()
 
 
 def synbench_distributed(

@@ -37,13 +37,14 @@ from ..taskprior.moments import (
 from ..taskprior.probing import DEFAULT_QUANTILES, accuracy_summary
 from ..taskprior.validation import check_block_size, check_int, check_scale, check_temperature, check_tensor
 from ..utils.distributed import Shard, no_reduce, process_seams
+from ._plot import PlotMixin
 
 __all__ = ["TaskAccuracies", "TaskPriorMoments"]
 
 F64 = torch.float64
 
 
-class TaskPriorMoments(Metric):
+class TaskPriorMoments(PlotMixin, Metric):
     """Closed-form Task-Prior moments (Thm 2.3) of a fixed image set, streamed in any order and sharding.
 
     Args:
@@ -170,7 +171,7 @@ def _check_logits_and_labels(logits: Tensor, labels: Tensor) -> None:
         )
 
 
-class TaskAccuracies(Metric):
+class TaskAccuracies(PlotMixin, Metric):
     """Held-out accuracy of ``num_tasks`` probes at once: states ``correct`` (num_tasks,) and ``total`` (sum-reduced).
 
     ``update(logits (T, B, q), labels (T, B))``; ``compute()`` -> {"acc_mean", "acc_var", "acc_std", "acc_q10", ...}
@@ -181,6 +182,8 @@ class TaskAccuracies(Metric):
     is_differentiable = False
     higher_is_better = True
     full_state_update = False
+    plot_lower_bound = 0.0  # accuracies (and their quantiles) lie in [0, 1]
+    plot_upper_bound = 1.0
 
     def __init__(self, num_tasks: int, quantiles: Sequence[float] = DEFAULT_QUANTILES, **kwargs: Any) -> None:
         super().__init__(**kwargs)
