@@ -33,7 +33,7 @@ CLI_CONFIGS = {
     "src.robustness": "robustness.yaml",
     "src.taskprior": "task_prior.yaml",
 }
-PLACEHOLDER = re.compile(r"logs/(\w+)/runs/<run>")
+PLACEHOLDER = re.compile(r"logs/(\w+)/(runs|multiruns)/<run>")
 _BLOCK = re.compile(r"```(?:bash|sh|shell)\n(.*?)```", re.S)
 
 
@@ -97,7 +97,7 @@ def test_the_documents_hold_commands():
 
 @pytest.mark.parametrize("cmd", [c for c in COMMANDS if c.module in CLI_CONFIGS], ids=str)
 def test_cli_command_composes(cmd: Command):
-    overrides = [PLACEHOLDER.sub(r"logs/\1/runs/RUN", o) for o in cmd.overrides]
+    overrides = [PLACEHOLDER.sub(r"logs/\1/\2/RUN", o) for o in cmd.overrides]
     GlobalHydra.instance().clear()
     with initialize_config_dir(version_base="1.3", config_dir=str(ROOT / "configs")):
         for job in _jobs(overrides):
@@ -125,7 +125,7 @@ def test_fast_commands_run_as_written(doc: str, tmp_path):
         for word in cmd.argv:
             match = PLACEHOLDER.search(word)
             if match:
-                runs = sorted((tmp_path / "logs" / match.group(1) / "runs").iterdir(), key=lambda p: p.stat().st_mtime)
+                runs = sorted((tmp_path / "logs" / match.group(1) / match.group(2)).iterdir(), key=lambda p: p.stat().st_mtime)
                 word = PLACEHOLDER.sub(str(runs[-1]), word)
             argv.append(word)
         argv[0] = sys.executable

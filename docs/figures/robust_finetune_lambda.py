@@ -1,7 +1,7 @@
 """Draw docs/figures/robust_finetune_lambda.png from a λ × seed multirun of ``experiment=robust_finetune``.
 
-python -m src.train -m experiment=robust_finetune model.lam=0,1,10 seed=0,1 hydra.sweep.dir=<DIR>
-python docs/figures/robust_finetune_lambda.py <DIR>
+python -m src.train -m experiment=robust_finetune model.lam=0,1,10 seed=0,1
+python docs/figures/robust_finetune_lambda.py logs/train/multiruns/<run>
 """
 
 from __future__ import annotations
@@ -38,7 +38,8 @@ def load(job_dir: str) -> tuple[dict[str, str], dict[str, list[tuple[int, float]
 def main(sweep_dir: str, out: str = os.path.join(os.path.dirname(__file__), "robust_finetune_lambda.png")) -> None:
     fig, axes = plt.subplots(1, len(PANELS), figsize=(12, 3.4))
     colors = {}
-    for job in sorted(d for d in os.listdir(sweep_dir) if d.isdigit()):
+    jobs = [d for d in os.listdir(sweep_dir) if os.path.isfile(os.path.join(sweep_dir, d, ".hydra", "overrides.yaml"))]
+    for job in sorted(jobs, key=lambda d: int(d.split("_", 1)[0])):  # job folders: <num>[_<overrides>]
         overrides, series = load(os.path.join(sweep_dir, job))
         lam, seed = overrides["model.lam"], overrides.get("seed", "0")
         color = colors.setdefault(lam, f"C{len(colors)}")
