@@ -7,17 +7,21 @@ radius of the minimum enclosing ball of the unit embeddings (R_dr) and (1 − mi
 Usable in any Lightning training whose LightningModule exposes ``backbone`` (with ``embed``, or any module mapping
 (N, 3, H, W) images in [0, 1] to (N, D)), or given ``feature_fn=lambda module, x: ...``. The probe set is the first
 ``num_images`` images of the data module's validation set (``source="val"``), the bundled offline sample photos
-(``"photos"``), or the former when there is one (``"auto"``); it is resized to ``image_size`` once. Work is split
+(``"photos"``), or the former when there is one (``"auto"``); it is resized to ``image_size`` once. Validation
+images must be in [0, 1] pixel space, or be mapped there by ``denormalize=(mean, std)`` (or a callable): images
+outside [0, 1] by more than a resize can overshoot are refused, never clipped silently. Work is split
 in chunks over ranks and reduced through sum-state torchmetrics, so the logged numbers do not depend on the number
 of processes. Logs ``val/divergence_radius/<perturbation>``, ``val/divergence_radius/mean``,
-``val/cosine_robustness/<perturbation>``, ``val/cosine_robustness/mean`` and a bar figure.
+``val/cosine_robustness/<perturbation>``, ``val/cosine_robustness/mean`` (``val`` = ``prefix``) and a bar figure.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import lightning as L
 import torch
@@ -26,8 +30,17 @@ from torch import Tensor, nn
 from ..metrics.divergence_radius import robustness_metrics
 from ..perturbations import PERTURBATIONS
 from ..robustness.images import bundled_photos
+from ..utils.distributed import Shard
 from ..utils.modes import eval_mode
-from ._monitor import BackboneMonitor, first_val_images
+from ._monitor import (
+    BackboneMonitor,
+    Denormalize,
+    as_denormalize,
+    clip_overshoot,
+    first_val_images,
+    pixel_images,
+    rank_and_world,
+)
 
 __all__ = ["DivergenceRadiusCallback", "robustness_figure"]
 
@@ -69,6 +82,14 @@ class DivergenceRadiusCallback(BackboneMonitor):
     skip_unchanged: do not recompute while the backbone's weights are unchanged (a frozen probe needs it once).
     log_figure: add the bar figure to TensorBoard.
     images: an explicit probe set (N, 3, H, W) in [0, 1] (overrides ``source``).
+    denormalize: how the validation images map to [0, 1] pixel space: None (they are in [0, 1]), ``(mean, std)`` or
+        ``{"mean": ..., "std": ...}`` of the normalisation they carry (``x * std + mean``; ``(0, 1 / 255)`` for
+        0..255 images), or a callable. Applies to validation images only (photos and ``images=`` are pixel space).
+        Out-of-range images are refused (see :func:`src.callbacks._monitor.pixel_images`); the allowed resize
+        overshoot (at most 57/128) is clipped to [0, 1] with a warning.
+    prefix: log-name prefix (``val``): ``{prefix}/divergence_radius/...``; two callbacks in one Trainer need
+        different prefixes.
+    progress: report progress while computing (counts of embedded images, elapsed time).
     """
 
     def __init__(
@@ -87,8 +108,11 @@ class DivergenceRadiusCallback(BackboneMonitor):
         skip_unchanged: bool = True,
         log_figure: bool = True,
         images: Tensor | None = None,
+        denormalize: Denormalize = None,
+        prefix: str = "val",
+        progress: bool = True,
     ) -> None:
-        super().__init__(every_n_epochs, feature_fn, skip_unchanged, "val", at_train_start)
+        super().__init__(every_n_epochs, feature_fn, skip_unchanged, prefix, at_train_start, progress)
         if num_images < 1 or image_size < 16:
             raise ValueError(f"need num_images >= 1 and image_size >= 16, got {num_images} and {image_size}")
         if m < 1:
@@ -105,39 +129,70 @@ class DivergenceRadiusCallback(BackboneMonitor):
         self.m, self.mode, self.names = int(m), mode, names
         self.source, self.chunk_size, self.seed = source, int(chunk_size), int(seed)
         self.log_figure = log_figure
+        self.denormalize = as_denormalize(denormalize, type(self).__name__)
+        if images is not None:  # refused now, not at the first epoch end
+            images = pixel_images(images, type(self).__name__, "images=")
         self.images = images
         self.seconds = 0.0  # wall time spent computing (the callback's share of a run)
 
+    def _identity(self) -> dict[str, Any]:
+        return {
+            "perturbations": list(self.names),
+            "m": self.m,
+            "mode": self.mode,
+            "num_images": self.num_images,
+            "image_size": self.image_size,
+            "source": self.source,
+            "chunk_size": self.chunk_size,
+            "seed": self.seed,
+        }
+
     # ------------------------------------------------------------------ pieces
     def probe_images(self, trainer: L.Trainer) -> Tensor:
-        """The fixed probe set (built once, identical on every rank)."""
+        """The fixed probe set (built once, identical on every rank): validation images mapped to [0, 1] by
+        ``denormalize`` and checked, or the bundled photos; grayscale expanded to RGB, resized to ``image_size``
+        (antialiased bilinear: convex weights, no new overshoot)."""
         if self.images is None:
+            name = type(self).__name__
             x = first_val_images(trainer, self.num_images) if self.source in ("auto", "val") else None
             if x is None and self.source == "val":
                 raise ValueError(
-                    "DivergenceRadiusCallback(source='val'): the data module has no validation images; "
+                    f"{name}(source='val'): the data module has no validation images; "
                     "use source='auto' or 'photos', or pass images="
                 )
             if x is None:
                 x = bundled_photos(self.num_images, self.image_size, seed=self.seed)
+            else:
+                x = clip_overshoot(
+                    pixel_images(x, name, "validation images", self.denormalize), name, "validation images"
+                )
             if x.dim() != 4 or x.shape[1] not in (1, 3):
                 raise ValueError(f"probe images must be (N, 1 or 3, H, W), got {tuple(x.shape)}")
             if x.shape[1] == 1:
                 x = x.expand(-1, 3, -1, -1)
             if tuple(x.shape[-2:]) != (self.image_size, self.image_size):
                 x = nn.functional.interpolate(x, size=(self.image_size,) * 2, mode="bilinear", antialias=True)
-            self.images = x.clamp(0.0, 1.0).contiguous()
+                x = x.clamp(0.0, 1.0)  # float rounding of the convex resize only (weights sum to 1 up to ulps)
+            self.images = x.contiguous()
         return self.images
+
+    def _embed_count(self, trainer: Any, n_images: int) -> int:
+        """Images this rank embeds in one computation: its chunks' images, clean and m versions per perturbation."""
+        shard = Shard(*rank_and_world(trainer))
+        chunks = shard.indices(math.ceil(n_images / self.chunk_size))
+        mine = sum(min(n_images, (c + 1) * self.chunk_size) - c * self.chunk_size for c in chunks)
+        return mine * (1 + len(self.names) * self.m)
 
     def compute(self, trainer: L.Trainer, pl_module: L.LightningModule) -> dict[str, float]:
         """Run the sweep on this rank's chunks; every rank must call it (the metrics all-reduce)."""
         module, fn = self._encoder(pl_module)
         images = self.probe_images(trainer)
         start = time.perf_counter()
+        progress = self._progress(trainer, "DivergenceRadius", self._embed_count(trainer, images.shape[0]))
         with eval_mode(module):
             out = robustness_metrics(
                 images,
-                fn,
+                progress.counted(fn),
                 perturbations=self.names,
                 m=self.m,
                 mode=self.mode,
@@ -147,6 +202,7 @@ class DivergenceRadiusCallback(BackboneMonitor):
                 world_size=trainer.world_size,
                 device=pl_module.device,
             )
+        progress.done()
         seconds = time.perf_counter() - start
         self.seconds += seconds
         self.computations += 1
@@ -159,7 +215,9 @@ class DivergenceRadiusCallback(BackboneMonitor):
 
     def _log_figure(self, trainer: L.Trainer) -> None:
         if self.log_figure:
-            title = f"epoch {trainer.current_epoch}"
+            title = f"after {self._x} epoch(s)"
             self._add_figure(
-                trainer, "val/divergence_radius/bars", lambda: robustness_figure(self.last, self.names, title)
+                trainer,
+                f"{self.prefix}/divergence_radius/bars",
+                lambda: robustness_figure(self.last, self.names, title),
             )

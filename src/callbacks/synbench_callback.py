@@ -11,6 +11,7 @@ without chunks, so no rank count can deadlock). Logs ``val/synbench/score`` (ε 
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -21,7 +22,7 @@ from ..metrics.synbench_score import synbench_distributed
 from ..synbench import SynBenchConfig
 from ..synbench.defaults import yaml_defaults
 from ..utils.modes import eval_mode
-from ._monitor import BackboneMonitor, weights_fingerprint
+from ._monitor import BackboneMonitor, rank_and_world, weights_fingerprint
 
 __all__ = ["SynBenchCallback", "callback_budget", "weights_fingerprint"]  # fingerprint: re-exported
 
@@ -44,6 +45,7 @@ class SynBenchCallback(BackboneMonitor):
     log_figure: add the E(a_t) curves to TensorBoard.
     prefix: log-name prefix (``val/synbench``).
     at_train_start: also compute once before training (logged at step 0: the score of the initial weights).
+    progress: report progress while computing (counts of embedded synthetic images, elapsed time).
     """
 
     def __init__(
@@ -57,8 +59,9 @@ class SynBenchCallback(BackboneMonitor):
         prefix: str = "val/synbench",
         extractor: Mapping[str, Any] | None = None,
         at_train_start: bool = False,
+        progress: bool = True,
     ) -> None:
-        super().__init__(every_n_epochs, feature_fn, skip_unchanged, prefix, at_train_start)
+        super().__init__(every_n_epochs, feature_fn, skip_unchanged, prefix, at_train_start, progress)
         if isinstance(config, SynBenchConfig):
             self.config = config
         else:
@@ -69,21 +72,31 @@ class SynBenchCallback(BackboneMonitor):
         self.extractor = dict(extractor or {})
         self.result = None  # SynBenchResult of the last computation
 
+    def _identity(self) -> dict[str, Any]:
+        digest = hashlib.blake2b(repr(self.config).encode(), digest_size=6).hexdigest()
+        return {"input_shape": list(self.input_shape), "config": digest}
+
     # ------------------------------------------------------------------ pieces
-    def compute(self, pl_module: L.LightningModule) -> dict[str, float]:
-        """Run the protocol on this rank's shard; every rank must call it (statistics are all-reduced)."""
+    def compute(self, pl_module: L.LightningModule, trainer: L.Trainer | None = None) -> dict[str, float]:
+        """Run the protocol on this rank's shard; every rank must call it (statistics are all-reduced).
+        ``trainer``: for the progress lines (rank, progress bar); None reports to the ``repbench`` logger."""
         module, fn = self._encoder(pl_module)
+        cfg = self.config
+        one_process = rank_and_world(trainer)[1] == 1  # with more, this rank's share is not known here
+        total = len(cfg.s_values) * (cfg.n_train + cfg.n_test) if one_process else None
+        progress = self._progress(trainer, "SynBench", total)
         with eval_mode(module):
             out, self.result = synbench_distributed(
-                fn, self.input_shape, self.config, device=pl_module.device, extractor=self.extractor
+                progress.counted(fn), self.input_shape, cfg, device=pl_module.device, extractor=self.extractor
             )
+        progress.done()
         self.computations += 1
         return out
 
     def _compute(self, trainer: L.Trainer, pl_module: L.LightningModule) -> dict[str, float]:
-        return self.compute(pl_module)
+        return self.compute(pl_module, trainer)
 
     def _log_figure(self, trainer: L.Trainer) -> None:
         if self.log_figure:
-            title = f"SynBench, epoch {trainer.current_epoch}"
+            title = f"SynBench, after {self._x} epoch(s)"
             self._add_figure(trainer, f"{self.prefix}/curves", lambda: self.result.figure(title=title))

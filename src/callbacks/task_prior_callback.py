@@ -26,16 +26,23 @@ from ..metrics.task_prior import TaskPriorMoments
 from ..taskprior import DEFAULT_BLOCK_SIZE, DEFAULT_EVAL_SCALE, DEFAULT_PRIOR_SCALE
 from ..utils.distributed import Shard, all_reduce_sum
 from ..utils.modes import eval_mode
-from ._monitor import BackboneMonitor, first_val_images
+from ._monitor import BackboneMonitor, Denormalize, as_denormalize, first_val_images, pixel_images
 
 __all__ = ["TaskPriorCallback", "fixed_images"]
 
 
-def fixed_images(source: str | Tensor, trainer: L.Trainer | None, num_images: int, image_size: int) -> Tensor:
+def fixed_images(
+    source: str | Tensor,
+    trainer: L.Trainer | None,
+    num_images: int,
+    image_size: int,
+    denormalize: Callable[[Tensor], Tensor] | None = None,
+) -> Tensor:
     """The fixed image set: a tensor as given, ``"val"`` (the first ``num_images`` of the datamodule's
-    ``val_dataset``) or ``"digits"`` (the first ``num_images`` bundled scikit-learn digits at ``image_size``)."""
+    ``val_dataset``, mapped to [0, 1] by ``denormalize`` and checked by :func:`pixel_images`) or ``"digits"`` (the
+    first ``num_images`` bundled scikit-learn digits at ``image_size``)."""
     if isinstance(source, Tensor):
-        images = source
+        images = pixel_images(source, "TaskPriorCallback", "images=")
     elif source == "digits":
         from ..data.digits import load_digits_tensors, upsample_digits
 
@@ -47,6 +54,7 @@ def fixed_images(source: str | Tensor, trainer: L.Trainer | None, num_images: in
                 "TaskPriorCallback(images='val') needs a datamodule with a val_dataset; use images='digits' or pass "
                 "an image tensor"
             )
+        images = pixel_images(images, "TaskPriorCallback", "validation images", denormalize)
     else:
         raise ValueError(f"images must be 'val', 'digits' or an (N, 3, H, W) tensor, got {source!r}")
     if images.dim() != 4 or images.shape[0] < 2:
@@ -69,6 +77,10 @@ class TaskPriorCallback(BackboneMonitor):
     max_batch: images per forward.
     prefix: log-name prefix (``val/task_prior``).
     at_train_start: also compute once before training (logged at step 0).
+    denormalize: how the validation images map to [0, 1] pixel space (``images="val"``): None (they are in
+        [0, 1]), ``(mean, std)`` / ``{"mean": ..., "std": ...}`` of their normalisation, or a callable; images out
+        of range are refused (both backbones normalise inside, so normalised images would be normalised twice).
+    progress: report progress while computing (the prior's features once, then each computation).
     """
 
     def __init__(
@@ -88,8 +100,10 @@ class TaskPriorCallback(BackboneMonitor):
         max_batch: int = 256,
         prefix: str = "val/task_prior",
         at_train_start: bool = False,
+        denormalize: Denormalize = None,
+        progress: bool = True,
     ) -> None:
-        super().__init__(every_n_epochs, feature_fn, skip_unchanged, prefix, at_train_start)
+        super().__init__(every_n_epochs, feature_fn, skip_unchanged, prefix, at_train_start, progress)
         if prior_backbone is None and prior_features is None:
             raise ValueError("give prior_backbone (a registry name) or prior_features (N, D) for the fixed images")
         if int(num_images) < 2:
@@ -99,12 +113,21 @@ class TaskPriorCallback(BackboneMonitor):
         self.temperature = float(temperature)
         self.prior_backbone = prior_backbone
         self.prior_features = prior_features
+        self.denormalize = as_denormalize(denormalize, type(self).__name__)
+        if isinstance(images, Tensor):  # refused now, not at the first epoch end
+            pixel_images(images, type(self).__name__, "images=")
         self.images_source = images
         self.num_images, self.image_size = int(num_images), int(image_size)
         self.eval_scale, self.prior_scale, self.block_size = eval_scale, prior_scale, int(block_size)
         self.max_batch = int(max_batch)
         self._images: Tensor | None = None
         self._prior_share: Tensor | None = None  # prior features of this rank's share
+
+    def _identity(self) -> dict[str, Any]:
+        images = self.images_source if isinstance(self.images_source, str) else "tensor"
+        prior = "features" if self.prior_features is not None else self.prior_backbone
+        prior = dict(prior) if isinstance(prior, Mapping) else prior
+        return {"temperature": self.temperature, "prior": prior, "images": images, "num_images": self.num_images}
 
     # ------------------------------------------------------------------ pieces
     def _share(self, trainer: L.Trainer) -> Tensor:
@@ -115,7 +138,7 @@ class TaskPriorCallback(BackboneMonitor):
     def _prepare(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if self._images is not None:
             return
-        self._images = fixed_images(self.images_source, trainer, self.num_images, self.image_size)
+        self._images = fixed_images(self.images_source, trainer, self.num_images, self.image_size, self.denormalize)
         idx = self._share(trainer)
         if self.prior_features is not None:
             if self.prior_features.shape[0] != self._images.shape[0]:
@@ -127,9 +150,12 @@ class TaskPriorCallback(BackboneMonitor):
             return
         from ..models.base import build_backbone
 
+        progress = self._progress(trainer, "Task-Prior prior features", len(idx))
         prior = build_backbone(self.prior_backbone).to(pl_module.device).eval()
-        ext = FeatureExtractor(prior.embed, device=pl_module.device, max_batch=self.max_batch)
+        progress.stage(f"prior backbone {self.prior_backbone!r} built")
+        ext = FeatureExtractor(progress.counted(prior.embed), device=pl_module.device, max_batch=self.max_batch)
         self._prior_share = ext(self._images[idx]).to(torch.float64).cpu() if len(idx) else None
+        progress.done()
         if self._prior_share is None:  # this rank owns no image: an empty table of the right width
             self._prior_share = torch.zeros(0, int(prior.embed_dim), dtype=torch.float64)
         del prior
@@ -139,9 +165,11 @@ class TaskPriorCallback(BackboneMonitor):
         self._prepare(trainer, pl_module)
         module, fn = self._encoder(pl_module)
         idx = self._share(trainer)
+        progress = self._progress(trainer, "Task-Prior", len(idx))
         with eval_mode(module):
-            ext = FeatureExtractor(fn, device=pl_module.device, max_batch=self.max_batch)
+            ext = FeatureExtractor(progress.counted(fn), device=pl_module.device, max_batch=self.max_batch)
             z = ext(self._images[idx]).to(torch.float64) if len(idx) else None
+        progress.done()
         if z is not None and not torch.isfinite(z).all():
             raise FloatingPointError(
                 f"epoch {trainer.current_epoch}: the backbone produced NaN/inf features on the Task-Prior images"

@@ -101,9 +101,9 @@ def test_modes_are_restored() -> None:
     cb = SynBenchCallback(input_size=8, config=BUDGET)
     orig = cb.compute
 
-    def spy(pl_module):
+    def spy(pl_module, *args):
         seen.append(model.backbone[1].training)
-        out = orig(pl_module)
+        out = orig(pl_module, *args)
         seen.append(model.backbone[1].training)
         return out
 
