@@ -3,7 +3,9 @@
 The model (class, backbone, head, training and evaluation attack) comes from the checkpoint, rebuilt only if its
 class is a registered RepBench module (``src.utils.checkpoint``); ``eval.attack`` fields that are not null override
 the checkpoint's evaluation attack. Writes ``metrics.json`` in the run directory and logs ``test/acc``,
-``test/adv/acc_<norm>_<eps>``, ``test/autoattack/acc_<norm>_<eps>``.
+``test/adv/acc_pgd<steps>_<norm>_<eps>`` (PGD-10 by default: ``test/adv/acc_pgd10_l2_0p05``, a different name from
+validation's PGD-5 ``val/adv/acc_pgd5_l2_0p05``) and, with ``eval.autoattack=true``, torchattacks' port of AutoAttack
+as ``test/adv/acc_autoattack_torchattacks_<version>_<norm>_<eps>`` (names: :mod:`src.attacks.naming`).
 """
 
 from __future__ import annotations
@@ -20,8 +22,8 @@ import torch
 from hydra.utils import instantiate
 from omegaconf import DictConfig
 
+from .attacks.naming import adv_metric_name, autoattack_label
 from .models.base import unpack_batch
-from .utils import format_eps
 from .utils.allocator import keep_freed_memory
 from .utils.checkpoint import load_module, module_class, read_checkpoint
 from .utils.hydra_utils import instantiate_list, log_config, to_container
@@ -78,14 +80,17 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
         datamodule.setup("test")
         x, y = _first_samples(datamodule.test_dataloader(), int(ev["autoattack_samples"]))
         model.eval()
-        norm = attack["norm"]
-        for eps in model.eval_epsilons:
-            acc = autoattack_accuracy(
-                model, x, y, eps=eps, norm=norm, version=ev["autoattack_version"], seed=int(cfg.seed)
+        norm, version = attack["norm"], ev["autoattack_version"]
+        log.info("AutoAttack (torchattacks' port, version %r, %s) on the first %d test samples", version, norm, len(y))
+        autoattack = {
+            adv_metric_name("test", autoattack_label(version), norm, eps): float(
+                autoattack_accuracy(model, x, y, eps=eps, norm=norm, version=version, seed=int(cfg.seed))
             )
-            metrics[f"test/autoattack/acc_{norm}_{format_eps(eps)}"] = float(acc)
+            for eps in model.eval_epsilons
+        }
+        metrics.update(autoattack)
         for lg in loggers:
-            lg.log_metrics({k: v for k, v in metrics.items() if "/autoattack/" in k})
+            lg.log_metrics(autoattack)
     out = Path(cfg.paths.output_dir) / "metrics.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     record = {"ckpt_path": str(cfg.ckpt_path), "module": type(model).__name__, "attack": attack, "metrics": metrics}

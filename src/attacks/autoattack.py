@@ -1,4 +1,9 @@
-"""AutoAttack (Croce & Hein, 2020) robust accuracy through ``torchattacks.AutoAttack``, for final numbers.
+"""Robust accuracy under torchattacks' port of AutoAttack (``torchattacks.AutoAttack``), for final numbers.
+
+AutoAttack is Croce & Hein, "Reliable evaluation of adversarial robustness with an ensemble of diverse
+parameter-free attacks" (ICML 2020, arXiv:2003.01690). What runs here is torchattacks' re-implementation of it, not
+the authors' reference code (github.com/fra31/auto-attack, which RobustBench uses); its numbers are not guaranteed
+to equal the reference's, so metric names and log lines say ``autoattack_torchattacks`` (:mod:`src.attacks.naming`).
 
 torchattacks expects its inputs in [0, 1] pixel space and normalization inside the model (checked in torchattacks
 3.5.1: ``Attack`` documents "It must have a range [0, 1]"; APGD, APGD-T, FAB and Square clamp their iterates to
@@ -71,7 +76,8 @@ def autoattack_correct(
     seed: int = 0,
     batch_size: int = 256,
 ) -> Tensor:
-    """Per-sample robust correctness (bool, shape (N,)) of ``model`` under AutoAttack with radius ``eps``.
+    """Per-sample robust correctness (bool, shape (N,)) of ``model`` under torchattacks' port of AutoAttack with
+    radius ``eps``.
 
     Summing these (a sufficient statistic) is how callers combine results across batches and DDP ranks.
 
@@ -134,7 +140,8 @@ def autoattack_accuracy(
     seed: int = 0,
     batch_size: int = 256,
 ) -> float:
-    """Robust accuracy in [0, 1] of ``model`` on (x, y) under AutoAttack (see :func:`autoattack_correct`).
+    """Robust accuracy in [0, 1] of ``model`` on (x, y) under torchattacks' port of AutoAttack (see
+    :func:`autoattack_correct`).
 
     Under DDP each rank should attack its own shard and sum-reduce ``autoattack_correct(...).sum()`` and the sample
     count; this function reports the local shard only.

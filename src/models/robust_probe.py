@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torchmetrics.classification import MulticlassAccuracy
 
-from ..attacks import pgd_attack
+from ..attacks import adv_metric_name, pgd_attack, pgd_label
 from ..backbones import Backbone, check_images
 from ..features import FeatureExtractor
 from ..utils import format_eps
@@ -62,7 +62,9 @@ class RobustLinearProbe(RepBenchModule):
 
     Args:
         backbone: a :class:`Backbone`, a registry name or ``{name: ..., **opts}`` (stored in hparams, so a
-            checkpoint rebuilds the model; the frozen weights are saved in the checkpoint too).
+            checkpoint rebuilds the model). Checkpoints leave out the frozen weights when this spec rebuilds them bit
+            for bit (a sha256 check on load refuses weights that changed since) and store them otherwise (e.g. a
+            randomly initialised backbone): see :class:`~src.models.base.RepBenchModule`.
         num_classes: number of labels; must match the data.
         epsilon: training budget ε ≥ 0 in pixel space, or ``"auto"``: argmax_ε SynBench-Score of the backbone,
             computed in ``setup`` before fitting (§4.3 of the SynBench paper; see ``auto_epsilon.py``).
@@ -70,12 +72,15 @@ class RobustLinearProbe(RepBenchModule):
             (``s_values``, ``n_train``, ``n_test``, ``eps`` grid, ``a_T``, ...).
         attack: training PGD: ``norm`` ("l2" | "linf"), ``steps``, ``step_size`` (None: 2.5 ε / steps),
             ``random_start``.
-        eval_epsilons: budgets at which validation/test report PGD robust accuracy (``val/adv/acc_<norm>_<eps>``).
+        eval_epsilons: budgets at which validation/test report PGD robust accuracy, named after the attack and its
+            steps (``val/adv/acc_pgd<steps>_<norm>_<eps>``, e.g. ``val/adv/acc_pgd5_l2_0p05``; :mod:`src.attacks.naming`).
         eval_attack: PGD used for evaluation (same keys as ``attack``; ``norm`` defaults to the training norm,
             ``random_start`` to False so that robust accuracy does not depend on batching or sharding).
         feature_cache: with ε = 0, cache features by dataset index (batches must be ``(x, y, index)``).
         check_input_range: reject images outside [0, 1] (turn off for synthetic Gaussian data).
     """
+
+    rebuilt_from_spec = ("backbone",)
 
     def __init__(
         self,
@@ -119,15 +124,17 @@ class RobustLinearProbe(RepBenchModule):
         self.test_acc = MulticlassAccuracy(int(num_classes), average="micro")
         self.adv_acc = nn.ModuleDict(
             {
-                f"{stage}_{self._adv_key(e)}": MulticlassAccuracy(int(num_classes), average="micro")
+                self.adv_name(stage, e).replace("/", "_"): MulticlassAccuracy(int(num_classes), average="micro")
                 for stage in ("val", "test")
                 for e in self.eval_epsilons
             }
         )
 
     # ----------------------------------------------------------------- helpers
-    def _adv_key(self, eps: float) -> str:
-        return f"acc_{self.eval_attack_cfg['norm']}_{format_eps(eps)}"
+    def adv_name(self, stage: str, eps: float) -> str:
+        """The logged name of the evaluation PGD's robust accuracy at ``eps``, e.g. ``val/adv/acc_pgd5_l2_0p05``."""
+        cfg = self.eval_attack_cfg
+        return adv_metric_name(stage, pgd_label(int(cfg["steps"])), cfg["norm"], eps)
 
     def train(self, mode: bool = True) -> RobustLinearProbe:
         """Frozen means frozen: the backbone stays in eval mode (no BatchNorm drift, no dropout)."""
@@ -262,14 +269,14 @@ class RobustLinearProbe(RepBenchModule):
         self.log(f"{stage}/loss", F.cross_entropy(logits, y), on_epoch=True, batch_size=len(y), sync_dist=True)
         self.log(f"{stage}/acc", acc, on_epoch=True, prog_bar=True, batch_size=len(y))
         for eps in self.eval_epsilons:
-            key = self._adv_key(eps)
+            name = self.adv_name(stage, eps)
             with torch.enable_grad():
                 x_adv = self._attack(x, y, eps, self.eval_attack_cfg, stage, batch_idx)
             with torch.no_grad():
                 adv_logits = self.logits(x_adv)
-            metric = self.adv_acc[f"{stage}_{key}"]
+            metric = self.adv_acc[name.replace("/", "_")]
             metric(adv_logits, y)
-            self.log(f"{stage}/adv/{key}", metric, on_epoch=True, batch_size=len(y))
+            self.log(name, metric, on_epoch=True, batch_size=len(y))
 
     def validation_step(self, batch: Any, batch_idx: int) -> None:
         self._eval_step("val", batch, batch_idx)

@@ -59,10 +59,10 @@ def test_eval_reproduces_training_metrics_and_adds_epsilons(tmp_path) -> None:
     common = ["data.image_size=16", "data.batch_size=128"]
     train_cfg = compose_cfg(
         "train.yaml",
-        TINY + ["model.epsilon=0.0", "model.eval_epsilons=[0.05]", "model.eval_attack.steps=2"],
+        TINY + ["model.epsilon=0.0", "model.eval_epsilons=[0.05]", "model.eval_attack.steps=2", "test=true"],
         tmp_path / "train",
     )
-    metrics, _ = train(train_cfg)
+    metrics, _ = train(train_cfg)  # its test stage: the final weights (one epoch) on the test split
     ckpt = _last_ckpt(tmp_path / "train")
     eval_cfg = compose_cfg(
         "eval.yaml",
@@ -70,11 +70,12 @@ def test_eval_reproduces_training_metrics_and_adds_epsilons(tmp_path) -> None:
         tmp_path / "eval",
     )
     out = evaluate(eval_cfg)
-    # same samples (test = val for digits), same deterministic attack: equal up to float32 summation order of the
-    # accuracy counts, which are integers divided by 539 -> exact; 1e-6 only absorbs the float32 division
-    assert out["test/acc"] == pytest.approx(metrics["val/acc"], abs=1e-6)
-    assert out["test/adv/acc_l2_0p05"] == pytest.approx(metrics["val/adv/acc_l2_0p05"], abs=1e-6)
-    assert out["test/adv/acc_l2_0p1"] <= out["test/adv/acc_l2_0p05"] + 1e-6
+    # same weights, same test samples, same deterministic attack: the accuracies are the same integer counts divided
+    # by the number of test images -> equal; 1e-6 only absorbs the float32 division
+    assert out["test/acc"] == pytest.approx(metrics["test/acc"], abs=1e-6)
+    # the same attack (PGD-2, no random start) at the same budget has the same name in training and in src.eval
+    assert out["test/adv/acc_pgd2_l2_0p05"] == pytest.approx(metrics["test/adv/acc_pgd2_l2_0p05"], abs=1e-6)
+    assert out["test/adv/acc_pgd2_l2_0p1"] <= out["test/adv/acc_pgd2_l2_0p05"] + 1e-6
     saved = json.loads((tmp_path / "eval" / "metrics.json").read_text())
     assert saved["metrics"] == pytest.approx(out)
 
@@ -85,11 +86,11 @@ def test_eval_attacks_with_the_checkpoints_norm(tmp_path, linf_probe) -> None:
     _, ckpt = linf_probe
     base = ["data.image_size=16", "data.batch_size=128", f"ckpt_path='{ckpt}'", "eval.attack.steps=1"]
     out = evaluate(compose_cfg("eval.yaml", base, tmp_path / "a"))
-    assert "test/adv/acc_linf_0p01" in out and not any("_l2_" in k for k in out), out
+    assert "test/adv/acc_pgd1_linf_0p01" in out and not any("_l2_" in k for k in out), out
     saved = json.loads((tmp_path / "a" / "metrics.json").read_text())
     assert saved["attack"]["norm"] == "linf" and saved["attack"]["steps"] == 1
     out = evaluate(compose_cfg("eval.yaml", base + ["eval.attack.norm=l2"], tmp_path / "b"))
-    assert "test/adv/acc_l2_0p01" in out and not any("_linf_" in k for k in out), out
+    assert "test/adv/acc_pgd1_l2_0p01" in out and not any("_linf_" in k for k in out), out
 
 
 def test_missing_checkpoint_is_named(tmp_path) -> None:
@@ -155,12 +156,43 @@ def test_non_default_backbones_round_trip_through_eval(tmp_path) -> None:
         ],
     }
     for name, overrides in runs.items():
-        cfg = compose_cfg("train.yaml", overrides + ["test=false", "callbacks=none", "logger=csv"], tmp_path / name)
+        cfg = compose_cfg("train.yaml", overrides + ["test=true", "callbacks=none", "logger=csv"], tmp_path / name)
         metrics, objs = train(cfg)
         ckpt = _last_ckpt(tmp_path / name)
         hp = torch.load(ckpt, map_location="cpu", weights_only=True)["hyper_parameters"]
         assert hp["backbone"]["name"] == cfg.backbone.name
         data = [o for o in overrides if o.startswith(("data.", "experiment="))]
         out = evaluate(compose_cfg("eval.yaml", data + [f"ckpt_path='{ckpt}'"], tmp_path / f"{name}_eval"))
-        # digits: test = val, same weights, deterministic forward: equal counts / 539 (1e-6: float32 division)
-        assert out["test/acc"] == pytest.approx(metrics["val/acc"], abs=1e-6), name
+        # the training run's test stage: same weights, same test split, deterministic forward -> the same counts /
+        # number of test images (1e-6: float32 division)
+        assert out["test/acc"] == pytest.approx(metrics["test/acc"], abs=1e-6), name
+
+
+def test_default_validation_and_eval_attacks_have_different_names(tmp_path) -> None:
+    """Validation runs PGD-5 and src.eval PGD-10 by default: the metric names say so (formerly both were
+    ``.../adv/acc_l2_0p05``)."""
+    from hydra.utils import instantiate
+
+    from src.eval import attack_overrides
+    from src.utils.hydra_utils import to_container
+
+    train_cfg = compose_cfg("train.yaml", ["backbone=timm_tiny_random"], tmp_path / "t")
+    probe = instantiate(train_cfg.model, _convert_="all")
+    assert probe.adv_name("val", 0.05) == "val/adv/acc_pgd5_l2_0p05"
+    eval_cfg = compose_cfg("eval.yaml", ["ckpt_path=unused.ckpt"], tmp_path / "e")
+    hparams = dict(probe.hparams)
+    evaluated = RobustLinearProbe(**{**hparams, **attack_overrides(hparams, to_container(eval_cfg.eval))})
+    assert evaluated.adv_name("test", 0.05) == "test/adv/acc_pgd10_l2_0p05"
+    assert train_cfg.optimized_metric == "val/acc"  # the sweepers' metric is unchanged
+
+
+def test_autoattack_metric_names_the_torchattacks_port(tmp_path, linf_probe, monkeypatch) -> None:
+    import src.attacks.autoattack as aa
+
+    calls = []
+    monkeypatch.setattr(aa, "autoattack_accuracy", lambda model, x, y, **kw: calls.append(kw) or 0.25)
+    _, ckpt = linf_probe
+    overrides = ["data.image_size=16", f"ckpt_path='{ckpt}'", "eval.attack.steps=1", "eval.autoattack=true"]
+    out = evaluate(compose_cfg("eval.yaml", overrides + ["eval.autoattack_samples=4"], tmp_path))
+    assert out["test/adv/acc_autoattack_torchattacks_standard_linf_0p01"] == 0.25
+    assert [kw["norm"] for kw in calls] == ["linf"] and not any("/autoattack/" in k for k in out)

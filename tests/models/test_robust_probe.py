@@ -80,8 +80,9 @@ def test_adversarial_training_updates_only_the_head_and_logs_robust_accuracy() -
     assert not torch.equal(head0, model.head.weight)
     assert all(p.grad is None for p in model.backbone.parameters())
     m = trainer.callback_metrics
-    assert {"train/loss", "val/acc", "val/adv/acc_l2_0p5"} <= set(m)
-    assert 0.0 <= float(m["val/adv/acc_l2_0p5"]) <= float(m["val/acc"]) + 1e-6
+    assert {"train/loss", "val/acc", "val/adv/acc_pgd2_l2_0p5"} <= set(m)  # the attack and its steps in the name
+    assert not any(k.startswith("val/adv/acc_l2") for k in m)  # the old name, which hid the number of steps
+    assert 0.0 <= float(m["val/adv/acc_pgd2_l2_0p5"]) <= float(m["val/acc"]) + 1e-6
 
 
 def test_pgd_evaluation_under_inference_mode_is_a_clear_error() -> None:
