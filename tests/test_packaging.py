@@ -168,6 +168,20 @@ def test_wheel_in_a_fresh_venv_beside_a_project_with_its_own_src(wheel, tmp_path
     assert report["repbench"].startswith(str(site))
     assert "val/divergence_radius/mean" in report["metrics"]
 
+    # every `from repbench... import ...` line of README's Python examples works from the installed package
+    imports = sorted(
+        {
+            line.split("#")[0].strip()
+            for line in (ROOT / "README.md").read_text().splitlines()
+            if line.startswith("from repbench") and "(" not in line
+        }
+    )
+    assert len(imports) >= 8
+    done = subprocess.run(
+        [py, "-c", "\n".join(imports)], cwd=project, env=env, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+
     script = venv / "bin" / "repbench-train"
     done = subprocess.run(
         [script, "debug=fast", "trainer.max_epochs=1"],
