@@ -62,6 +62,12 @@ def _check_points(points: object, name: str = "points") -> Tensor:
     return points
 
 
+#: |coordinates| in [2^-250, 2^250]: squared distances (<= 4·D·2^500) and Gram entries stay far inside float64's
+#: normal range, so rescaling (exact, but a pass over the points) is skipped; it would change no bit of the result
+#: (power-of-two scaling commutes with rounding in the normal range)
+SAFE_EXPONENT = 250
+
+
 def pow2_exponent(x: Tensor, dim: int | tuple[int, ...]) -> Tensor:
     """The integer e (int32, ``keepdim``) with max |x| over ``dim`` in [2^(e−1), 2^e), 0 where x is all zero.
 
@@ -248,11 +254,14 @@ def minimum_enclosing_ball(points: Tensor, *, max_enumerate: int = 10, max_suppo
     if p.shape[0] == 0:
         return points.new_zeros(*batch, D, dtype=out_dtype), points.new_zeros(*batch, dtype=out_dtype)
     e = pow2_exponent(p, (1, 2))  # (B, 1, 1)
-    p = times_pow2(p, -e)
+    if bool((e.abs() > SAFE_EXPONENT).any()):  # else squared distances neither overflow nor underflow: no pass
+        p = times_pow2(p, -e)
+    else:
+        e = torch.zeros_like(e)
     mean = p.mean(1, keepdim=True)
     q = p - mean
     G = q @ q.transpose(1, 2)
     lam, radius = meb_radius_from_gram(G, max_enumerate=max_enumerate, max_support=max_support)
     center = times_pow2((lam[:, None, :] @ q)[:, 0] + mean[:, 0], e[:, 0])
-    radius = times_pow2(radius, e[:, 0, 0])
+    radius = times_pow2(radius, e[:, 0, 0])  # e = 0 (factors 1) on the fast path
     return center.reshape(*batch, D).to(out_dtype), radius.reshape(batch).to(out_dtype)

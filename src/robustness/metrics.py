@@ -20,6 +20,10 @@ from torch import Tensor
 
 from .meb import _check_points, minimum_enclosing_ball, pow2_exponent, times_pow2
 
+#: a finite norm >= 2^-500 has a sum of squares >= 2^-1000, inside float64's normal range: computed directly; only
+#: smaller or infinite norms take the (exact) power-of-two rescaling
+SAFE_NORM = 2.0**-500
+
 __all__ = ["normalize_embeddings", "divergence_radius", "cosine_robustness", "euclidean_robustness"]
 
 F64 = torch.float64
@@ -33,9 +37,10 @@ def normalize_embeddings(embeddings: Tensor, name: str = "embeddings") -> Tensor
     and only a vector of zeros has norm 0.
     """
     z = _check_points(embeddings, name).to(F64)
-    if z.numel():
-        z = times_pow2(z, -pow2_exponent(z, -1))
     norms = z.norm(dim=-1, keepdim=True)
+    if z.numel() and not bool(((norms >= SAFE_NORM) & torch.isfinite(norms)).all()):  # under/overflow possible
+        z = times_pow2(z, -pow2_exponent(z, -1))
+        norms = z.norm(dim=-1, keepdim=True)
     if z.numel() and bool((norms == 0).any()):
         raise ValueError(
             f"{name} contain {int((norms == 0).sum())} all-zero vector(s) (every component exactly 0), which have no "

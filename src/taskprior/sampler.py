@@ -109,6 +109,10 @@ def sample_task_labels(
     perm = torch.argsort(uniforms[:, :n], dim=1) if order == "random" else None
     gumbel = uniforms[:, extra:].view(k, n, q).clamp_(min=torch.finfo(torch.float64).tiny)
     gumbel.log_().neg_().log_().neg_()
+    # logits h/T with |h| <= n·max‖z_i‖²: fold 1/T into z when they cannot overflow (the common case, no extra ops
+    # per step), else shift by the row maximum first (_scaled_logits: exact T -> 0 limit, no inf - inf)
+    direct = n * float(z.square().sum(1).max()) / t < 2.0**1000
+    zq = z / t if direct else z
     prefix = torch.zeros(k * q, r, dtype=torch.float64, device=device)  # row t·q + c holds U_c of task t
     labels = torch.empty(k, n, dtype=torch.long, device=device)
     tasks = torch.arange(k, device=device)
@@ -118,12 +122,12 @@ def sample_task_labels(
         for step in range(n):
             if perm is None:
                 zi = z[step].expand(k, r)
-                h = (prefix @ z[step]).view(k, q)
+                h = (prefix @ zq[step]).view(k, q)
             else:
                 idx = perm[:, step]
                 zi = z[idx]  # (k, r)
-                h = torch.bmm(prefix.view(k, q, r), zi.unsqueeze(-1)).view(k, q)  # one gather per step
-            c = torch.argmax(_scaled_logits(h, t) + gumbel[:, step], dim=1)
+                h = torch.bmm(prefix.view(k, q, r), zq[idx].unsqueeze(-1)).view(k, q)  # one gather per step
+            c = torch.argmax((h if direct else _scaled_logits(h, t)) + gumbel[:, step], dim=1)
             if perm is None:
                 labels[:, step] = c
             else:
