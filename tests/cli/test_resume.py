@@ -13,10 +13,13 @@ import torch
 from omegaconf import open_dict
 
 import src.train as train_mod
+from src.backbones.weights import REBUILT_MARKER
+from tests.models._seeded_backbone import CHANGED, SPEC  # registers the seeded: backbone source
 
 from .conftest import compose_cfg
 
-# tiny random backbone at 8 px: 1257 training digits / 128 = 10 batches per epoch, 2 epochs, clean probing on cached
+# tiny random backbone at 8 px: 9-10 batches of 128 training digits per epoch (the number depends on the data
+# module's split; the tests read it from the run), 2 epochs, clean probing on cached
 # features (PGD through the backbone is what makes a run slow; its random starts are seeded by the global step)
 OVERRIDES = [
     "backbone=timm_tiny_random",
@@ -30,7 +33,7 @@ OVERRIDES = [
     "trainer.enable_model_summary=false",
 ]
 CHECKPOINT_CALLBACKS = ("model_checkpoint", "last_checkpoint", "exception_checkpoint")
-STEPS_PER_EPOCH = 10
+BETWEEN_EPOCHS = None  # kill step: the first step of epoch 1 (= batches per epoch, read from the uninterrupted run)
 
 
 class _Killed(RuntimeError):
@@ -88,14 +91,15 @@ def full_run(tmp_path_factory):
 @pytest.mark.parametrize(
     "how, step, expected",
     [
-        ("in_step", 13, _Killed),  # mid-epoch 1, inside the step of its 4th batch
+        ("in_step", 13, _Killed),  # mid-epoch 1 (steps 9-17 or 10-19), inside the step of a batch
         ("sigterm", 4, SystemExit),  # mid-epoch 0, after its 5th batch
         ("ctrl_c", 16, SystemExit),  # mid-epoch 1
-        ("epoch_start", STEPS_PER_EPOCH, _Killed),  # between epochs
+        ("epoch_start", BETWEEN_EPOCHS, _Killed),  # between epochs
     ],
 )
 def test_kill_and_resume_matches_uninterrupted(full_run, tmp_path, monkeypatch, how, step, expected) -> None:
     _, full_metrics, full = full_run
+    step = full["trainer"].num_training_batches if step is BETWEEN_EPOCHS else step
     with pytest.raises(expected) as info:
         _run(tmp_path / "killed", kill=_Kill(how, step), monkeypatch=monkeypatch)
     if how == "sigterm":
@@ -110,7 +114,7 @@ def test_kill_and_resume_matches_uninterrupted(full_run, tmp_path, monkeypatch, 
         warnings.simplefilter("always")
         resumed_metrics, resumed = _run(tmp_path / "resumed", [f"ckpt_path={ckpt}"])
     assert not [w for w in caught if "not resumable" in str(w.message)]
-    assert resumed["trainer"].global_step == full["trainer"].global_step == 2 * STEPS_PER_EPOCH
+    assert resumed["trainer"].global_step == full["trainer"].global_step == 2 * full["trainer"].num_training_batches
     # same batches in the same order, same PGD starts, same optimizer and schedule state, same deterministic CPU
     # kernels in one process: the weights are bit-identical (mid-epoch resume without skipping differs by ~1e-3)
     torch.testing.assert_close(resumed["model"].head.weight, full["model"].head.weight, rtol=0, atol=0)
@@ -124,7 +128,11 @@ def test_kill_and_resume_matches_uninterrupted(full_run, tmp_path, monkeypatch, 
 def test_resume_from_last_ckpt_matches_uninterrupted(full_run, tmp_path, monkeypatch) -> None:
     _, _, full = full_run
     with pytest.raises(_Killed):
-        _run(tmp_path / "killed", kill=_Kill("epoch_start", STEPS_PER_EPOCH), monkeypatch=monkeypatch)
+        _run(
+            tmp_path / "killed",
+            kill=_Kill("epoch_start", full["trainer"].num_training_batches),
+            monkeypatch=monkeypatch,
+        )
     last = tmp_path / "killed" / "checkpoints" / "last.ckpt"
     _, resumed = _run(tmp_path / "resumed", [f"ckpt_path={last}"])
     torch.testing.assert_close(resumed["model"].head.weight, full["model"].head.weight, rtol=0, atol=0)
@@ -136,7 +144,7 @@ def test_last_ckpt_is_the_last_epoch_even_when_val_acc_does_not_improve(tmp_path
     _, objs = _run(tmp_path, ["model.lr=0.0", "trainer.max_epochs=3"])
     ckpts = tmp_path / "checkpoints"
     last = torch.load(ckpts / "last.ckpt", weights_only=True)
-    assert last["global_step"] == objs["trainer"].global_step == 3 * STEPS_PER_EPOCH
+    assert last["global_step"] == objs["trainer"].global_step == 3 * objs["trainer"].num_training_batches
     assert last["epoch"] == 2
     assert (ckpts / "epoch_000.ckpt").is_file()  # the best one, by val/acc
     assert not (ckpts / "on_exception.ckpt").exists()  # nothing failed: no exception checkpoint
@@ -192,3 +200,29 @@ def test_optimized_metric_is_returned(full_run, make_cfg) -> None:
         train_mod.optimized_metric_value(cfg, metrics)
     cfg.optimized_metric = None
     assert train_mod.optimized_metric_value(cfg, metrics) is None
+
+
+# a tiny backbone whose spec rebuilds it bit for bit (like pretrained weights): checkpoints leave it out
+SEEDED = [f"backbone.name={SPEC['name']}", f"+backbone.seed={SPEC['seed']}"]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_resume_from_a_checkpoint_without_the_frozen_backbone_is_exact(tmp_path, monkeypatch) -> None:
+    full_metrics, full = _run(tmp_path / "full", SEEDED)
+    with pytest.raises(_Killed):
+        _run(tmp_path / "killed", SEEDED, kill=_Kill("in_step", 13), monkeypatch=monkeypatch)
+    ckpt = tmp_path / "killed" / "checkpoints" / "on_exception.ckpt"
+    sd = torch.load(ckpt, weights_only=True)["state_dict"]
+    assert [k for k in sd if k.startswith("backbone.")] == ["backbone." + REBUILT_MARKER]
+    resumed_metrics, resumed = _run(tmp_path / "resumed", SEEDED + [f"ckpt_path={ckpt}"])
+    # as for a stored backbone (test_kill_and_resume_matches_uninterrupted): bit-identical weights and metrics
+    torch.testing.assert_close(resumed["model"].head.weight, full["model"].head.weight, rtol=0, atol=0)
+    torch.testing.assert_close(resumed["model"].head.bias, full["model"].head.bias, rtol=0, atol=0)
+    for key in ("val/acc", "val/loss"):
+        assert resumed_metrics[key] == full_metrics[key], key
+    # the weights the spec names changed since the checkpoint was written: refused before anything is written
+    monkeypatch.setitem(CHANGED, "offset", 1)
+    with pytest.raises(ValueError, match="rebuilt weights differ from those it was trained with"):
+        _run(tmp_path / "changed", SEEDED + [f"ckpt_path={ckpt}"])
+    assert _files(tmp_path / "changed") == []
