@@ -59,7 +59,7 @@ def log_hparams_with_metrics(loggers: Iterable[Any], hparams: Mapping[str, Any],
         if not isinstance(lg, TensorBoardLogger):
             continue
         exp, ssi, sei = hparams_summary(dict(hparams), dict.fromkeys(names, 0.0))
-        writer = lg.experiment.file_writer
+        writer = lg.experiment._get_file_writer()  # reopened: Lightning closes it when fit/test finalize
         for summary in (exp, ssi, sei):
             writer.add_summary(summary)
         lg.experiment.flush()

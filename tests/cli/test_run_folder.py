@@ -182,3 +182,29 @@ def test_c15_resuming_a_finished_run_names_the_problem_and_summary_files(make_cf
 def test_train_uses_atomic_checkpoint_io(make_cfg):
     _, objects = train_mod.train(make_cfg([*OVERRIDES, "trainer.max_epochs=1"]))
     assert isinstance(objects["trainer"].strategy.checkpoint_io, AtomicCheckpointIO)
+
+
+def test_hparams_dashboard_lists_the_hyperparameters_and_final_metrics(make_cfg):
+    """The HParams tab gets scalar hyperparameters (model/lr, ...) and the names of the logged metrics, written after
+    fit and test closed their writers."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from tensorboard.plugins.hparams import plugin_data_pb2
+
+    cfg = make_cfg([*OVERRIDES, "trainer.max_epochs=1", "logger=tensorboard", "test=true"])
+    metrics, _ = train_mod.train(cfg)
+    found: dict[str, set[str]] = {}
+    for f in Path(cfg.paths.output_dir).rglob("events.out.tfevents*"):
+        acc = EventAccumulator(str(f))
+        acc.Reload()
+        try:
+            contents = acc.PluginTagToContent("hparams").values()
+        except KeyError:  # an event file without the HParams plugin's data
+            continue
+        for content in contents:
+            data = plugin_data_pb2.HParamsPluginData.FromString(content)
+            if data.HasField("experiment"):
+                found["metrics"] = {m.name.tag for m in data.experiment.metric_infos}
+            if data.HasField("session_start_info"):
+                found["hparams"] = set(data.session_start_info.hparams)
+    assert {"val/acc", "test/acc"} <= found["metrics"] <= set(metrics)
+    assert {"model/lr", "model/epsilon", "backbone/name", "seed"} <= found["hparams"]
