@@ -22,7 +22,7 @@ from typing import TypeVar
 import torch
 from torch import Tensor
 
-__all__ = ["rand", "randn", "randint", "rand_bits", "parallel_map", "check_generator", "CHUNK"]
+__all__ = ["rand", "randn", "randint", "rand_bits", "parallel_map", "CHUNK"]
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -52,17 +52,6 @@ def parallel_map(fn: Callable[[T], R], items: Sequence[T], workers: int) -> list
     if workers <= 1:
         return [fn(i) for i in items]
     return list(_pool(workers, os.getpid()).map(fn, items))
-
-
-def check_generator(generator: object, name: str = "generator") -> torch.Generator | None:
-    """``generator`` if it is None or a ``torch.Generator``, else a TypeError naming the argument and the fix."""
-    if generator is not None and not isinstance(generator, torch.Generator):
-        kind = f"{type(generator).__module__}.{type(generator).__qualname__}"
-        raise TypeError(
-            f"{name} must be a torch.Generator (or None for torch's default generator), got {kind}; "
-            "use torch.Generator().manual_seed(seed)"
-        )
-    return generator
 
 
 def _device(generator: torch.Generator | None, like: Tensor) -> torch.device:

@@ -14,7 +14,7 @@ from types import MappingProxyType
 import torch
 from torch import Tensor
 
-from ._random import check_generator
+from ..utils.numerics import check_generator
 from .blur import defocus_blur, glass_blur
 from .elastic import elastic_transform
 from .jpeg import jpeg_compression

@@ -35,7 +35,9 @@ from functools import lru_cache
 import torch
 from torch import Tensor
 
-__all__ = ["minimum_enclosing_ball", "meb_radius_from_gram", "pow2_exponent", "times_pow2"]
+from ..utils.numerics import pow2_exponent, times_pow2
+
+__all__ = ["minimum_enclosing_ball", "meb_radius_from_gram"]
 
 F64 = torch.float64
 _OUTSIDE_RTOL = 1e-12  # relative slack of the working-set stopping test (the bracket above)
@@ -66,27 +68,6 @@ def _check_points(points: object, name: str = "points") -> Tensor:
 #: normal range, so rescaling (exact, but a pass over the points) is skipped; it would change no bit of the result
 #: (power-of-two scaling commutes with rounding in the normal range)
 SAFE_EXPONENT = 250
-
-
-def pow2_exponent(x: Tensor, dim: int | tuple[int, ...]) -> Tensor:
-    """The integer e (int32, ``keepdim``) with max |x| over ``dim`` in [2^(e−1), 2^e), 0 where x is all zero.
-
-    Dividing by 2^e (:func:`times_pow2` with −e) is exact and brings the largest magnitude into [0.5, 1), so sums of
-    squares neither overflow (1e200² = inf) nor underflow (1e-200² = 0) in float64.
-    """
-    return torch.frexp(x.abs().amax(dim, keepdim=True))[1]
-
-
-def times_pow2(x: Tensor, e: Tensor) -> Tensor:
-    """x · 2^e, exact (barring over/underflow of the result) for integer exponents |e| <= 2100.
-
-    Applied as two factors 2^a · 2^b with a = ⌊e/2⌋, b = e − a: each lies in [−1050, 1050], where 2^a itself is
-    representable (2^±1075 alone would over/underflow), and both scale in the same direction, so no intermediate
-    loses bits that the result keeps.
-    """
-    a = torch.div(e, 2, rounding_mode="floor")
-    b = e - a
-    return x * torch.pow(2.0, a.to(x.dtype)) * torch.pow(2.0, b.to(x.dtype))
 
 
 def _check_limit(value: object, name: str, minimum: int) -> int:

@@ -18,7 +18,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .meb import _check_points, minimum_enclosing_ball, pow2_exponent, times_pow2
+from ..utils.numerics import pow2_exponent, times_pow2
+from .meb import _check_points, minimum_enclosing_ball
 
 #: a finite norm >= 2^-500 has a sum of squares >= 2^-1000, inside float64's normal range: computed directly; only
 #: smaller or infinite norms take the (exact) power-of-two rescaling

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import torch
 
-from ..robustness.meb import pow2_exponent, times_pow2
+from ..utils.numerics import pow2_exponent, times_pow2
 from .validation import CHECK_CHUNK, ZERO_NORM, check_features
 
 Tensor = torch.Tensor

@@ -23,7 +23,7 @@ import warnings
 
 import torch
 
-from ..perturbations._random import check_generator
+from ..utils.numerics import check_generator
 from ..utils.threads import torch_threads
 from .kernels import CenteredCosine
 from .validation import SCALES, check_int, check_temperature
