@@ -15,13 +15,15 @@ __all__ = ["DigitsDataModule", "UpsampledDigits", "check_image_size", "upsample_
 _INTERPOLATIONS = ("nearest", "bilinear", "bicubic")
 
 
-def check_image_size(image_size: object, key: str = "image_size") -> int:
-    """``image_size`` (an integer, or an integral float) as an int >= 1, or a ValueError naming ``key``."""
+def check_image_size(image_size: object, key: str = "image_size", fix: str | None = None) -> int:
+    """``image_size`` (an integer, or an integral float) as an int >= 1, or a ValueError naming ``key`` and ``fix``
+    (default: "set <key>=64 (say)")."""
+    fix = fix or f"set {key}=64 (say)"
     integral = isinstance(image_size, int | np.integer) or (isinstance(image_size, float) and image_size.is_integer())
     if isinstance(image_size, bool) or not integral:
-        raise ValueError(f"{key} must be an integer >= 1 (pixels per side), got {image_size!r}")
+        raise ValueError(f"{key} must be an integer >= 1 (pixels per side), got {image_size!r}; {fix}")
     if int(image_size) < 1:
-        raise ValueError(f"{key} must be an integer >= 1 (pixels per side), got {image_size}; set {key}=64 (say)")
+        raise ValueError(f"{key} must be an integer >= 1 (pixels per side), got {image_size}; {fix}")
     return int(image_size)
 
 

@@ -22,7 +22,7 @@ from ..features import FeatureExtractor
 from .downstream import fit_line, fit_linear_probe, open_clip_zero_shot, regression_mse
 from .protocol import SweepOutput, robustness_sweep
 
-__all__ = ["RobustnessReport", "robustness_report", "digits_split"]
+__all__ = ["RobustnessReport", "robustness_report", "check_split_sizes", "digits_split"]
 
 F64 = torch.float64
 FAMILIES = (("divergence_radius", "r_dr", "R_dr"), ("cosine_robustness", "r_cs", "R_cs"))
@@ -126,13 +126,34 @@ class RobustnessReport:
         return out
 
 
+def check_split_sizes(n_train: object, n_test: object, available: int | None = None) -> tuple[int, int]:
+    """``(n_train, n_test)`` as ints: n_train >= 0, n_test >= 2 (the regression of ACC_p on robustness fits on one
+    half of the test images and is tested on the other), n_train + n_test <= ``available``; else a ValueError naming
+    the config key."""
+    for key, value in (("n_train", n_train), ("n_test", n_test)):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ValueError(f"{key} must be an integer, got {value!r}")
+        if value < 0:
+            raise ValueError(f"{key} must be >= 0 (a number of digits images), got {value}; set {key} to e.g. 200")
+    if n_test < 2:
+        raise ValueError(
+            f"n_test must be >= 2, got {n_test}: the robustness -> ACC_p regression fits on one half of the test "
+            "images and scores the other; set n_test to e.g. 200"
+        )
+    if available is not None and n_train + n_test > available:
+        raise ValueError(
+            f"digits has {available} images; n_train + n_test = {n_train} + {n_test} is too many: lower n_train or n_test"
+        )
+    return n_train, n_test
+
+
 def digits_split(image_size: int, n_train: int, n_test: int, seed: int = 0) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """scikit-learn digits upsampled to RGB ``image_size``: a seeded random (train, test) split of the given sizes."""
+    """scikit-learn digits upsampled to RGB ``image_size``: a seeded random (train, test) split of the given sizes
+    (disjoint; sizes checked by :func:`check_split_sizes`)."""
     from ..data.digits import load_digits_tensors, upsample_digits
 
     images, labels = load_digits_tensors()
-    if n_train + n_test > images.shape[0]:
-        raise ValueError(f"digits has {images.shape[0]} images; n_train + n_test = {n_train + n_test} is too many")
+    n_train, n_test = check_split_sizes(n_train, n_test, images.shape[0])
     perm = torch.randperm(images.shape[0], generator=torch.Generator().manual_seed(seed))
     tr, te = perm[:n_train], perm[n_train : n_train + n_test]
     x = upsample_digits(images, image_size)
@@ -161,6 +182,11 @@ def robustness_report(
     head is given), the sweep with ACC_p on the test images, and per perturbation the regression test MSE of ACC_p
     on R_dr and on R_cs (first half of a seeded random order to fit, second half to test; the MSE of the best
     constant fitted on the first half is the baseline)."""
+    if test_images.shape[0] < 2:
+        raise ValueError(
+            f"robustness_report needs at least 2 test images (the regression fits on one half and scores the "
+            f"other), got {test_images.shape[0]}"
+        )
     extract = FeatureExtractor(feature_fn, device=device, max_batch=max_batch)
     kind = "zero-shot" if classifier is not None else "linear-probe"
     if classifier is None:

@@ -11,7 +11,6 @@ import csv
 import json
 import logging
 import time
-from pathlib import Path
 from typing import Any
 
 import hydra
@@ -20,7 +19,8 @@ from omegaconf import DictConfig, OmegaConf
 from ..utils.allocator import keep_freed_memory
 from ..utils.hydra_utils import register_resolvers  # noqa: F401  (configs/hydra resolvers)
 from ..utils.resources import config_dir
-from .compare import compare_backbones, comparison_figures, comparison_markdown
+from .compare import INPUT_SIZE_FIX, compare_backbones, comparison_figures, comparison_markdown
+from .config import SynBenchConfig
 
 log = logging.getLogger("repbench")
 
@@ -33,12 +33,18 @@ def protocol_fields(cfg: DictConfig) -> tuple[dict[str, Any], int | None]:
     return fields, (None if cfg.full else cfg.input_size)
 
 
-@hydra.main(version_base="1.3", config_path=str(config_dir()), config_name="synbench.yaml")
-def main(cfg: DictConfig) -> None:
-    keep_freed_memory()  # reuse freed activation memory (docs/speed.md)
-    out = Path(cfg.paths.output_dir)
-    out.mkdir(parents=True, exist_ok=True)
+def run(cfg: DictConfig) -> str:
+    """The comparison of a composed synbench.yaml; returns the Markdown table. The protocol, ``input_size`` and the
+    output directory are checked before any backbone is built."""
+    from ..data.digits import check_image_size
+    from ..taskprior.report import OUTPUT_DIR_FIX, check_writable_dir
+
     fields, input_size = protocol_fields(cfg)
+    SynBenchConfig(**fields)  # every protocol field checked now, not after the first backbone
+    if cfg.input_size is not None:  # null = each backbone's native size; checked under full=true too (a typo)
+        check_image_size(cfg.input_size, "input_size", INPUT_SIZE_FIX)
+    out = check_writable_dir(cfg.paths.output_dir, OUTPUT_DIR_FIX)
+    keep_freed_memory()  # reuse freed activation memory (docs/speed.md)
     t0 = time.perf_counter()
     results = compare_backbones(
         list(cfg.backbones),
@@ -60,8 +66,14 @@ def main(cfg: DictConfig) -> None:
     (out / "results.json").write_text(json.dumps({k: v.to_dict() for k, v in results.items()}, indent=1))
     for fname, fig in comparison_figures(results).items():
         fig.savefig(out / fname, dpi=120, bbox_inches="tight")
+    # once: Hydra's job logging shows it on the console and keeps it in the run's log file
     log.info("SynBench comparison (%.0f s):\n%s\nwritten to %s", time.perf_counter() - t0, md, out)
-    print(md)
+    return md
+
+
+@hydra.main(version_base="1.3", config_path=str(config_dir()), config_name="synbench.yaml")
+def main(cfg: DictConfig) -> None:
+    run(cfg)
 
 
 if __name__ == "__main__":

@@ -8,7 +8,9 @@ from typing import Any
 from .config import SynBenchConfig
 from .runner import SynBenchResult, synbench
 
-__all__ = ["compare_backbones", "comparison_markdown", "comparison_figures"]
+__all__ = ["INPUT_SIZE_FIX", "compare_backbones", "comparison_markdown", "comparison_figures"]
+
+INPUT_SIZE_FIX = "set input_size=null for each backbone's native size, or a size such as 64"
 
 
 def compare_backbones(
@@ -23,16 +25,22 @@ def compare_backbones(
 ) -> dict[str, SynBenchResult]:
     """SynBench of every backbone (``create_backbone`` names) under one protocol ``SynBenchConfig(**fields)``.
 
-    ``input_size`` None uses each backbone's native input size (the official protocol); ``extractor``: options
-    of :class:`src.features.FeatureExtractor`.
+    ``input_size`` None uses each backbone's native input size (the official protocol), else an integer >= 1 (a
+    ValueError names ``input_size`` otherwise, before any backbone is built); ``extractor``: options of
+    :class:`src.features.FeatureExtractor`.
     """
     from ..backbones import create_backbone
+    from ..data.digits import check_image_size
 
+    if input_size is not None:
+        input_size = check_image_size(input_size, "input_size", INPUT_SIZE_FIX)
+    if isinstance(names, str) or not names:
+        raise ValueError(f"backbones must be a non-empty list of backbone names, got {names!r}")
     cfg = SynBenchConfig(**dict(fields or {}))
     results: dict[str, SynBenchResult] = {}
     for name in names:
         bb = create_backbone(name, **dict(backbone_opts or {})).eval().to(device)
-        size = input_size or bb.input_size[-1]
+        size = bb.input_size[-1] if input_size is None else input_size
         results[name] = synbench(
             bb.embed, input_shape=(3, size, size), config=cfg, device=device, progress=progress, extractor=extractor
         )

@@ -11,39 +11,50 @@ from __future__ import annotations
 
 import logging
 import time
-from pathlib import Path
 
 import hydra
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from ..data.digits import check_image_size
 from ..utils.hydra_utils import register_resolvers  # noqa: F401  (configs/hydra resolvers)
 from ..utils.resources import config_dir
-from .report import collect_rows, compare_backbones, write_table
+from .report import OUTPUT_DIR_FIX, check_writable_dir, collect_rows, compare_backbones, write_table
 
 log = logging.getLogger("repbench")
 
 
 def digits_images(num_images: int, image_size: int) -> torch.Tensor:
-    """The first ``num_images`` scikit-learn digits as (N, 3, S, S) images in [0, 1] (offline)."""
+    """The first ``num_images`` scikit-learn digits as (N, 3, S, S) images in [0, 1] (offline); a ValueError naming
+    ``data.num_images`` / ``data.image_size`` for values out of range."""
     from ..data.digits import load_digits_tensors, upsample_digits
 
+    size = check_image_size(image_size, "data.image_size")
     images, _ = load_digits_tensors()
-    if not 2 <= int(num_images):
-        raise ValueError(f"num_images must be >= 2, got {num_images}")
-    return upsample_digits(images[: int(num_images)], int(image_size)).contiguous()
+    if isinstance(num_images, bool) or not isinstance(num_images, int) or not 2 <= num_images <= len(images):
+        raise ValueError(
+            f"data.num_images must be an integer in [2, {len(images)}] (the bundled digits), got {num_images!r}"
+        )
+    return upsample_digits(images[:num_images], size).contiguous()
 
 
-@hydra.main(version_base="1.3", config_path=str(config_dir()), config_name="task_prior.yaml")
-def main(cfg: DictConfig) -> None:
-    out = Path(cfg.paths.output_dir)
+def aggregate(directory: str) -> str:
+    """``aggregate=<dir>``: the table of the ``task_prior_row.json`` files under ``directory``, written there."""
+    check_writable_dir(directory, f"make {directory} writable, or copy the run folders to a writable place")
+    table = write_table(collect_rows(directory), directory)["md"].read_text()
+    log.info("Task-Prior table of %s:\n%s", directory, table)
+    return table
+
+
+def run(cfg: DictConfig) -> str:
+    """The probe study of a composed task_prior.yaml (or ``aggregate``); returns the Markdown table. Every check of
+    the configuration and of the output directory comes before the work."""
     if cfg.get("aggregate"):
-        paths = write_table(collect_rows(cfg.aggregate), cfg.aggregate)
-        print(paths["md"].read_text())
-        return
-    torch.manual_seed(int(cfg.seed))  # random-weight backbones are initialised from the global generator
+        return aggregate(str(cfg.aggregate))
     t0 = time.perf_counter()
-    images = digits_images(cfg.data.num_images, cfg.data.image_size)
+    images = digits_images(cfg.data.num_images, cfg.data.image_size)  # checks data.* (cheap: 8x8 digits upsampled)
+    out = check_writable_dir(cfg.paths.output_dir, OUTPUT_DIR_FIX)
+    torch.manual_seed(int(cfg.seed))  # random-weight backbones are initialised from the global generator
     options = OmegaConf.to_container(cfg.probe, resolve=True)
     rows, _ = compare_backbones(
         OmegaConf.to_container(cfg.backbones, resolve=True),
@@ -55,10 +66,14 @@ def main(cfg: DictConfig) -> None:
         seed=int(cfg.seed),
         **options,
     )
-    paths = write_table(rows, out)
-    md = paths["md"].read_text()
+    md = write_table(rows, out)["md"].read_text()
     log.info("Task-Prior probe study (%.0f s):\n%s\nwritten to %s", time.perf_counter() - t0, md, out)
-    print(md)
+    return md
+
+
+@hydra.main(version_base="1.3", config_path=str(config_dir()), config_name="task_prior.yaml")
+def main(cfg: DictConfig) -> None:
+    run(cfg)  # the table is logged once (console and the run's log file) and written to task_prior.md
 
 
 if __name__ == "__main__":

@@ -32,7 +32,10 @@ from .sampler import DEFAULT_SAMPLER_SCALE, sample_task_labels
 
 __all__ = [
     "COLUMNS",
+    "OUTPUT_DIR_FIX",
+    "check_writable_dir",
     "collect_rows",
+    "read_row",
     "compare_backbones",
     "compare_features",
     "correlations",
@@ -45,6 +48,30 @@ log = logging.getLogger("repbench")
 
 ROW_FILE = "task_prior_row.json"
 COLUMNS = ("backbone", "acc_mean", "acc_var", "acc_q10", "acc_q50", "acc_q90", "mean", "var", "z")
+REQUIRED_NUMBERS = ("acc_mean", "acc_var", "mean", "var")  # what the table and the correlations need of a row
+OUTPUT_DIR_FIX = (
+    "point the run at a writable folder, e.g. hydra.run.dir=/tmp/my_run (paths.output_dir follows hydra.run.dir "
+    "unless it is overridden itself)"
+)
+
+
+def check_writable_dir(path: str | Path, fix: str) -> Path:
+    """Create ``path`` if needed and check that a file can be written there, before any work is done; else an
+    OSError naming the directory, the reason and ``fix`` (e.g. "set hydra.run.dir=<a writable folder>").
+
+    Shared by the report CLIs (``python -m src.synbench``, ``src.robustness``, ``src.taskprior``), which would
+    otherwise find an unwritable output directory only when writing their results, after all the work."""
+    import tempfile
+
+    out = Path(path)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=out, prefix=".repbench_write_check_"):
+            pass
+    except OSError as err:
+        reason = err.strerror or type(err).__name__
+        raise OSError(f"output directory {out} is not writable ({reason}); nothing was computed. Fix: {fix}") from err
+    return out
 
 
 def compare_features(
@@ -199,12 +226,37 @@ def write_table(rows: Sequence[Mapping[str, Any]], out_dir: str | Path, stem: st
     return paths
 
 
+def read_row(path: str | Path) -> dict[str, Any]:
+    """One ``task_prior_row.json`` (written by ``TaskPriorProbe(results_file=...)``): a JSON object with a
+    ``backbone`` name and the numbers of ``REQUIRED_NUMBERS``; a ValueError naming the file and what is wrong
+    (truncated or not JSON, not an object, keys missing, not numbers) otherwise."""
+    path = Path(path)
+    fix = "re-run that job or delete the file to leave it out of the table"
+    try:
+        row = json.loads(path.read_text())
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{path} is not valid JSON (truncated or corrupt? {err}); {fix}") from err
+    if not isinstance(row, dict):
+        raise ValueError(
+            f"{path} holds a JSON {type(row).__name__}, not a Task-Prior row object "
+            f"({{'backbone': ..., {', '.join(repr(k) + ': ...' for k in REQUIRED_NUMBERS)}}}); {fix}"
+        )
+    missing = [k for k in ("backbone", *REQUIRED_NUMBERS) if k not in row]
+    if missing:
+        raise ValueError(f"{path} is not a Task-Prior row: keys {missing} are missing (has {sorted(row)}); {fix}")
+    bad = {k: row[k] for k in REQUIRED_NUMBERS if isinstance(row[k], bool) or not isinstance(row[k], int | float)}
+    if bad:
+        raise ValueError(f"{path}: {bad} must be numbers; {fix}")
+    return row
+
+
 def collect_rows(run_dir: str | Path) -> list[dict[str, Any]]:
-    """Every ``task_prior_row.json`` under ``run_dir`` (a run or a multirun directory), sorted by path."""
+    """Every ``task_prior_row.json`` under ``run_dir`` (a run or a multirun directory), sorted by path, each checked
+    by :func:`read_row` (a broken file is an error naming it, not a missing or garbled row)."""
     root = Path(run_dir)
     if not root.is_dir():
         raise FileNotFoundError(f"{root} is not a directory; pass a (multi)run directory of experiment=task_prior")
-    return [json.loads(p.read_text()) for p in sorted(root.rglob(ROW_FILE))]
+    return [read_row(p) for p in sorted(root.rglob(ROW_FILE))]
 
 
 try:  # Hydra callback: aggregate a multirun of experiment=task_prior into one table

@@ -1,0 +1,217 @@
+"""The report CLIs (``python -m src.synbench``, ``src.robustness``, ``src.taskprior``), in-process: bad settings and
+unwritable output directories are refused before any backbone is built, naming the key and the fix; broken row files
+of ``aggregate=<dir>`` are named; result tables are shown once."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from src.robustness.report import digits_split
+from src.synbench.compare import compare_backbones
+from src.taskprior.report import check_writable_dir, collect_rows
+
+from .conftest import compose_cfg
+
+
+def _run(module: str):
+    """The ``run(cfg)`` of a report CLI."""
+    import importlib
+
+    return importlib.import_module(f"src.{module}.__main__").run
+
+
+@pytest.fixture
+def no_backbone(monkeypatch):
+    """Building a backbone is the first piece of work: fail the test if a refused run gets there."""
+
+    import src.models.base  # noqa: F401  (imported before the patch: its `create_backbone` stays the real one)
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a backbone was built: the bad setting was not refused first")
+
+    monkeypatch.setattr("src.backbones.create_backbone", refuse)
+    monkeypatch.setattr("src.models.base.build_backbone", refuse)
+
+
+SYNBENCH = ["backbones=[timm:test_efficientnet]", "+backbone_opts.pretrained=false", "progress=false"]
+SYNBENCH_TINY = SYNBENCH + [
+    "input_size=16",
+    "reduced.s_values=[1.0,3.0]",
+    "reduced.n_train=64",
+    "reduced.n_test=32",
+    "synbench.eps=[0.0,0.4]",
+    "synbench.a_T=[0.7]",
+]
+ROBUSTNESS = ["backbone=timm_tiny_random", "image_size=16", "m=1", "perturbations=[brightness]", "chunk_size=4"]
+TASKPRIOR = [
+    'backbones=[{name: "timm:test_vit", pretrained: false}]',
+    'prior_backbone={name: "timm:test_efficientnet", pretrained: false}',
+    "data.num_images=40",
+    "data.image_size=16",
+    "probe.epochs=5",
+    "probe.num_tasks=4",
+]
+
+
+# --- SC04: input_size=0 silently ran at the backbone's native size ---------------------------------------------
+
+
+def test_sc04_synbench_input_size_zero_is_refused(tmp_path, no_backbone) -> None:
+    cfg = compose_cfg("synbench.yaml", SYNBENCH + ["input_size=0"], tmp_path)
+    with pytest.raises(ValueError, match=r"input_size must be an integer >= 1 .*got 0; set input_size=null for each"):
+        _run("synbench")(cfg)
+    assert not (tmp_path / "scores.md").exists()
+    with pytest.raises(ValueError, match="input_size must be an integer >= 1"):
+        compare_backbones(["timm:test_efficientnet"], input_size=0)  # the library call too, before building
+
+
+def test_sc04_synbench_input_size_null_means_native(tmp_path, monkeypatch) -> None:
+    seen = []
+    monkeypatch.setattr("src.synbench.compare.synbench", lambda fn, input_shape, **kw: seen.append(input_shape))
+    compare_backbones(["timm:test_efficientnet"], {"n_train": 8}, input_size=None, backbone_opts={"pretrained": False})
+    compare_backbones(["timm:test_efficientnet"], {"n_train": 8}, input_size=24, backbone_opts={"pretrained": False})
+    assert seen == [(3, 160, 160), (3, 24, 24)]  # timm's test_efficientnet is native 160 px
+
+
+# --- RC03 / RC04 / RC05: n_test < 2 and negative sizes ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("n_test", [0, 1])
+def test_rc03_rc04_robustness_n_test_below_two_is_refused_first(tmp_path, no_backbone, n_test) -> None:
+    cfg = compose_cfg("robustness.yaml", ROBUSTNESS + ["n_train=200", f"n_test={n_test}"], tmp_path)
+    with pytest.raises(ValueError, match=rf"n_test must be >= 2, got {n_test}: the robustness -> ACC_p regression"):
+        _run("robustness")(cfg)
+
+
+def test_rc05_negative_sizes_are_refused(tmp_path, no_backbone) -> None:
+    with pytest.raises(ValueError, match=r"n_train must be >= 0 .*got -1"):
+        digits_split(16, -1, 5)
+    with pytest.raises(ValueError, match=r"n_test must be >= 0 .*got -3"):
+        digits_split(16, 10, -3)
+    with pytest.raises(ValueError, match=r"n_train \+ n_test = 1790 \+ 10 is too many"):
+        digits_split(16, 1790, 10)
+    cfg = compose_cfg("robustness.yaml", ROBUSTNESS + ["n_train=-1", "n_test=5"], tmp_path)
+    with pytest.raises(ValueError, match=r"n_train must be >= 0"):
+        _run("robustness")(cfg)
+
+
+def test_robustness_linear_probe_needs_training_images(tmp_path, no_backbone) -> None:
+    cfg = compose_cfg("robustness.yaml", ROBUSTNESS + ["n_train=0", "n_test=5"], tmp_path)
+    with pytest.raises(ValueError, match=r"classifier=linear fits a probe on n_train .* >= 2, got 0"):
+        _run("robustness")(cfg)
+
+
+# --- TC12: data.image_size=0 ----------------------------------------------------------------------------------------
+
+
+def test_tc12_taskprior_image_size_zero_names_the_key(tmp_path, no_backbone) -> None:
+    cfg = compose_cfg("task_prior.yaml", TASKPRIOR + ["data.image_size=0"], tmp_path)
+    with pytest.raises(ValueError, match=r"data\.image_size must be an integer >= 1 .*got 0"):
+        _run("taskprior")(cfg)
+    cfg = compose_cfg("task_prior.yaml", TASKPRIOR + ["data.num_images=5000"], tmp_path)
+    with pytest.raises(ValueError, match=r"data\.num_images must be an integer in \[2, 1797\] .*got 5000"):
+        _run("taskprior")(cfg)  # once silently the 1797 bundled digits
+
+
+# --- TA03 / TA04 / TA05: broken task_prior_row.json files in aggregate=<dir> ---------------------------------------
+
+GOOD_ROW = {"backbone": "timm:resnet10t", "acc_mean": 0.7, "acc_var": 0.01, "mean": 0.2, "var": 0.003, "z": 3.6}
+
+
+def _multirun(tmp_path: Path, broken: str) -> Path:
+    root = tmp_path / "agg" / "run"
+    for job, text in (("0", json.dumps(GOOD_ROW, indent=1)), ("1", broken)):
+        (root / job).mkdir(parents=True)
+        (root / job / "task_prior_row.json").write_text(text)
+    return root
+
+
+@pytest.mark.parametrize(
+    "case,broken,match",
+    [
+        ("TA03", json.dumps(GOOD_ROW, indent=1)[:60], r"is not valid JSON \(truncated or corrupt\?"),
+        (
+            "TA04",
+            json.dumps({"backbone": "timm:resnet10t"}),
+            r"keys \['acc_mean', 'acc_var', 'mean', 'var'\] are missing",
+        ),
+        ("TA05", "[1, 2, 3]", r"holds a JSON list, not a Task-Prior row object"),
+        ("TA04b", json.dumps({**GOOD_ROW, "mean": "high"}), r"\{'mean': 'high'\} must be numbers"),
+    ],
+)
+def test_ta03_ta04_ta05_broken_row_files_are_named(tmp_path, no_backbone, case, broken, match) -> None:
+    root = _multirun(tmp_path, broken)
+    bad = str(root / "1" / "task_prior_row.json")
+    cfg = compose_cfg("task_prior.yaml", [f"aggregate={root}"], tmp_path / "out")
+    with pytest.raises(ValueError, match=match) as info:
+        _run("taskprior")(cfg)
+    assert bad in str(info.value) and "delete the file" in str(info.value), case
+    assert not (root / "task_prior.md").exists()
+
+
+def test_aggregate_tabulates_good_rows(tmp_path) -> None:
+    root = _multirun(tmp_path, json.dumps({**GOOD_ROW, "backbone": "timm:test_vit", "mean": 0.1}))
+    assert [r["backbone"] for r in collect_rows(root)] == ["timm:resnet10t", "timm:test_vit"]
+    table = _run("taskprior")(compose_cfg("task_prior.yaml", [f"aggregate={root}"], tmp_path / "out"))
+    assert "timm:test_vit" in table and (root / "task_prior.md").read_text() == table
+
+
+# --- unwritable output directories are found before the work --------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "config,overrides",
+    [("synbench.yaml", SYNBENCH), ("robustness.yaml", ROBUSTNESS), ("task_prior.yaml", TASKPRIOR)],
+)
+def test_unwritable_output_dir_is_refused_before_the_work(tmp_path, no_backbone, config, overrides) -> None:
+    blocker = tmp_path / "a_file"
+    blocker.write_text("not a folder")
+    cfg = compose_cfg(config, overrides, tmp_path)
+    cfg.paths.output_dir = str(blocker / "run")  # cannot be created: its parent is a file
+    module = {"synbench.yaml": "synbench", "robustness.yaml": "robustness", "task_prior.yaml": "taskprior"}[config]
+    with pytest.raises(
+        OSError, match=r"output directory .*a_file/run is not writable .*nothing was computed\. Fix: .*hydra\.run\.dir="
+    ):
+        _run(module)(cfg)
+
+
+@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() == 0, reason="root writes into read-only folders")
+def test_read_only_output_dir_is_refused(tmp_path) -> None:
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o555)
+    try:
+        with pytest.raises(OSError, match=r"output directory .*ro is not writable \(Permission denied\)"):
+            check_writable_dir(ro, "set hydra.run.dir=<a writable folder>")
+    finally:
+        ro.chmod(0o755)
+
+
+def test_writable_check_leaves_nothing_behind(tmp_path) -> None:
+    out = check_writable_dir(tmp_path / "new" / "run", "unused")
+    assert out.is_dir() and list(out.iterdir()) == []
+
+
+# --- the result table is shown once -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "module,config,overrides,header",
+    [
+        ("synbench", "synbench.yaml", SYNBENCH_TINY, "| backbone | ε=0 | ε=0.4 | best ε |"),
+        ("robustness", "robustness.yaml", ROBUSTNESS + ["n_train=30", "n_test=4"], "| perturbation | mean R_dr |"),
+        ("taskprior", "task_prior.yaml", TASKPRIOR, "| backbone | acc_mean | acc_var |"),
+    ],
+)
+def test_result_table_is_shown_once(tmp_path, capsys, caplog, module, config, overrides, header) -> None:
+    import logging
+
+    cfg = compose_cfg(config, overrides, tmp_path)
+    with caplog.at_level(logging.INFO, logger="repbench"):
+        _run(module)(cfg)
+    shown = capsys.readouterr().out.count(header) + caplog.text.count(header)
+    assert shown == 1, f"the table was shown {shown} times"
