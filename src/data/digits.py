@@ -100,9 +100,9 @@ def load_digits_tensors() -> tuple[Tensor, Tensor]:
 class DigitsDataModule(SplitsDataModule):
     """scikit-learn digits as a LightningDataModule; batches ``(x, y, index)`` with x (B, 3, S, S) in [0, 1].
 
-    Split: three disjoint parts, stratified and fixed by ``seed``: train ``1 - val_fraction - test_fraction`` (60%) /
-    val ``val_fraction`` (20 %, 359 images: the per-epoch metrics and the best-checkpoint choice) / test
-    ``test_fraction`` (20 %, 360 images: held out, touched only by the test stage). ``train_indices`` /
+    Split: three disjoint parts, stratified and fixed by ``seed``: train ``1 - val_fraction - test_fraction`` (60 %,
+    1078 images) / val ``val_fraction`` (20 %, 360 images: the per-epoch metrics and the best-checkpoint choice) /
+    test ``test_fraction`` (20 %, 359 images: held out, touched only by the test stage). ``train_indices`` /
     ``val_indices`` / ``test_indices`` give the positions in ``load_digits()`` order; ``index`` in a batch is the
     position within the split.
     Training order is a function of (seed, epoch) (see ``src.data.common``).

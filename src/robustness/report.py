@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import csv
 import json
+import numbers
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -131,7 +132,7 @@ def check_split_sizes(n_train: object, n_test: object, available: int | None = N
     half of the test images and is tested on the other), n_train + n_test <= ``available``; else a ValueError naming
     the config key."""
     for key, value in (("n_train", n_train), ("n_test", n_test)):
-        if isinstance(value, bool) or not isinstance(value, int):
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral):
             raise ValueError(f"{key} must be an integer, got {value!r}")
         if value < 0:
             raise ValueError(f"{key} must be >= 0 (a number of digits images), got {value}; set {key} to e.g. 200")
@@ -144,7 +145,7 @@ def check_split_sizes(n_train: object, n_test: object, available: int | None = N
         raise ValueError(
             f"digits has {available} images; n_train + n_test = {n_train} + {n_test} is too many: lower n_train or n_test"
         )
-    return n_train, n_test
+    return int(n_train), int(n_test)
 
 
 def digits_split(image_size: int, n_train: int, n_test: int, seed: int = 0) -> tuple[Tensor, Tensor, Tensor, Tensor]:

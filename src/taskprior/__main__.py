@@ -10,6 +10,7 @@ directory (Task Priors, Patel & Balestriero, arXiv:2507.09871, Fig. 2 / App. D.1
 from __future__ import annotations
 
 import logging
+import numbers
 import time
 
 import hydra
@@ -31,17 +32,22 @@ def digits_images(num_images: int, image_size: int) -> torch.Tensor:
 
     size = check_image_size(image_size, "data.image_size")
     images, _ = load_digits_tensors()
-    if isinstance(num_images, bool) or not isinstance(num_images, int) or not 2 <= num_images <= len(images):
+    if (
+        isinstance(num_images, bool)
+        or not isinstance(num_images, numbers.Integral)
+        or not 2 <= num_images <= len(images)
+    ):
         raise ValueError(
             f"data.num_images must be an integer in [2, {len(images)}] (the bundled digits), got {num_images!r}"
         )
-    return upsample_digits(images[:num_images], size).contiguous()
+    return upsample_digits(images[: int(num_images)], size).contiguous()
 
 
 def aggregate(directory: str) -> str:
     """``aggregate=<dir>``: the table of the ``task_prior_row.json`` files under ``directory``, written there."""
+    rows = collect_rows(directory)  # the folder exists and every row file is sound (cheap: small JSON files)
     check_writable_dir(directory, f"make {directory} writable, or copy the run folders to a writable place")
-    table = write_table(collect_rows(directory), directory)["md"].read_text()
+    table = write_table(rows, directory)["md"].read_text()
     log.info("Task-Prior table of %s:\n%s", directory, table)
     return table
 

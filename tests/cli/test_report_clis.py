@@ -153,6 +153,13 @@ def test_ta03_ta04_ta05_broken_row_files_are_named(tmp_path, no_backbone, case, 
     assert not (root / "task_prior.md").exists()
 
 
+def test_aggregate_of_a_missing_folder_creates_nothing(tmp_path) -> None:
+    missing = tmp_path / "no_such_run"
+    with pytest.raises(FileNotFoundError, match="no_such_run is not a directory"):
+        _run("taskprior")(compose_cfg("task_prior.yaml", [f"aggregate={missing}"], tmp_path / "out"))
+    assert not missing.exists()
+
+
 def test_aggregate_tabulates_good_rows(tmp_path) -> None:
     root = _multirun(tmp_path, json.dumps({**GOOD_ROW, "backbone": "timm:test_vit", "mean": 0.1}))
     assert [r["backbone"] for r in collect_rows(root)] == ["timm:resnet10t", "timm:test_vit"]
