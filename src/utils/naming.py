@@ -14,7 +14,7 @@ def format_eps(eps: float) -> str:
 
 
 def metric_name(stage: str, *parts: str) -> str:
-    """metric_name('val', 'adv', 'acc_l2_0p5') -> 'val/adv/acc_l2_0p5'."""
+    """metric_name('val', 'adv', 'acc_pgd5_l2_0p5') -> 'val/adv/acc_pgd5_l2_0p5'."""
     name = "/".join([stage, *parts])
     if "." in name or "=" in name:
         raise ValueError(f"metric name {name!r} must not contain '.' or '='")

@@ -50,4 +50,4 @@ def test_two_process_validation_equals_one_process() -> None:
     assert 0.2 < one["val/acc"] < 1.0
     # 539 validation samples are split 270/269 with no padding duplicates: the counts are exact
     assert two["val/acc"] == pytest.approx(one["val/acc"], abs=1e-6)
-    assert two["val/adv/acc_l2_0p25"] == pytest.approx(one["val/adv/acc_l2_0p25"], abs=1e-6)
+    assert two["val/adv/acc_pgd1_l2_0p25"] == pytest.approx(one["val/adv/acc_pgd1_l2_0p25"], abs=1e-6)
