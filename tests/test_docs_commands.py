@@ -2,7 +2,7 @@
 
 * ``python -m src.<cli> ...`` (train, eval, synbench, robustness, taskprior): the config composes with exactly those
   overrides, for every job of a multirun (``-m a=1,2 b=x,y`` -> each combination). A mistyped key or group fails here.
-* Commands with ``debug=fast`` (seconds each) run for real, in the order of their document, from the repository root
+* Commands with ``debug=fast`` or a comment starting with "seconds" run for real, in the order of their document, from the repository root
   with ``REPBENCH_ROOT`` pointing at a temporary folder (the documented way to move ``logs/``); ``<run>`` in a later
   command stands for the newest run folder the earlier ones wrote (e.g. ``ckpt_path=logs/train/runs/<run>/...``).
 * ``make <target>``: the target exists in the Makefile. ``python -m benchmarks.<name>``: the module exists.
@@ -42,6 +42,7 @@ class Command:
     doc: str
     line: str
     argv: tuple[str, ...]  # without leading VAR=value assignments
+    comment: str = ""
 
     @property
     def module(self) -> str | None:
@@ -56,7 +57,7 @@ class Command:
 
     @property
     def fast(self) -> bool:
-        return self.module in CLI_CONFIGS and "debug=fast" in self.argv
+        return self.module in CLI_CONFIGS and ("debug=fast" in self.argv or self.comment.startswith("seconds"))
 
     def __str__(self) -> str:
         return f"{self.doc}: {self.line}"
@@ -70,7 +71,8 @@ def _commands(doc: Path) -> list[Command]:
             while words and re.fullmatch(r"[A-Z_][A-Z0-9_]*=.*", words[0]):
                 words = words[1:]
             if words:
-                out.append(Command(doc.name, raw.split(" #")[0].strip(), tuple(words)))
+                code, _, comment = raw.partition(" #")
+                out.append(Command(doc.name, code.strip(), tuple(words), comment.strip()))
     return out
 
 
@@ -125,7 +127,9 @@ def test_fast_commands_run_as_written(doc: str, tmp_path):
         for word in cmd.argv:
             match = PLACEHOLDER.search(word)
             if match:
-                runs = sorted((tmp_path / "logs" / match.group(1) / match.group(2)).iterdir(), key=lambda p: p.stat().st_mtime)
+                runs = sorted(
+                    (tmp_path / "logs" / match.group(1) / match.group(2)).iterdir(), key=lambda p: p.stat().st_mtime
+                )
                 word = PLACEHOLDER.sub(str(runs[-1]), word)
             argv.append(word)
         argv[0] = sys.executable
