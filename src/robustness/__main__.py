@@ -36,7 +36,7 @@ def check_config(cfg: DictConfig) -> None:
 def run(cfg: DictConfig) -> Path:
     """The report of a composed robustness.yaml; checks the settings and the output directory first."""
     from ..backbones import create_backbone
-    from ..taskprior.report import OUTPUT_DIR_FIX, check_writable_dir
+    from ..utils.run_dir import OUTPUT_DIR_FIX, check_writable_dir
     from .report import digits_split, robustness_report, zero_shot_for
 
     check_config(cfg)

@@ -37,7 +37,7 @@ def run(cfg: DictConfig) -> str:
     """The comparison of a composed synbench.yaml; returns the Markdown table. The protocol, ``input_size`` and the
     output directory are checked before any backbone is built."""
     from ..data.digits import check_image_size
-    from ..taskprior.report import OUTPUT_DIR_FIX, check_writable_dir
+    from ..utils.run_dir import OUTPUT_DIR_FIX, check_writable_dir
 
     fields, input_size = protocol_fields(cfg)
     SynBenchConfig(**fields)  # every protocol field checked now, not after the first backbone

@@ -20,7 +20,8 @@ from omegaconf import DictConfig, OmegaConf
 from ..data.digits import check_image_size
 from ..utils.hydra_utils import register_resolvers  # noqa: F401  (configs/hydra resolvers)
 from ..utils.resources import config_dir
-from .report import OUTPUT_DIR_FIX, check_writable_dir, collect_rows, compare_backbones, write_table
+from ..utils.run_dir import OUTPUT_DIR_FIX, check_writable_dir
+from .report import collect_rows, compare_backbones, write_table
 
 log = logging.getLogger("repbench")
 

@@ -32,8 +32,6 @@ from .sampler import DEFAULT_SAMPLER_SCALE, sample_task_labels
 
 __all__ = [
     "COLUMNS",
-    "OUTPUT_DIR_FIX",
-    "check_writable_dir",
     "collect_rows",
     "read_row",
     "compare_backbones",
@@ -49,29 +47,6 @@ log = logging.getLogger("repbench")
 ROW_FILE = "task_prior_row.json"
 COLUMNS = ("backbone", "acc_mean", "acc_var", "acc_q10", "acc_q50", "acc_q90", "mean", "var", "z")
 REQUIRED_NUMBERS = ("acc_mean", "acc_var", "mean", "var")  # what the table and the correlations need of a row
-OUTPUT_DIR_FIX = (
-    "point the run at a writable folder, e.g. hydra.run.dir=/tmp/my_run (paths.output_dir follows hydra.run.dir "
-    "unless it is overridden itself)"
-)
-
-
-def check_writable_dir(path: str | Path, fix: str) -> Path:
-    """Create ``path`` if needed and check that a file can be written there, before any work is done; else an
-    OSError naming the directory, the reason and ``fix`` (e.g. "set hydra.run.dir=<a writable folder>").
-
-    Shared by the report CLIs (``python -m src.synbench``, ``src.robustness``, ``src.taskprior``), which would
-    otherwise find an unwritable output directory only when writing their results, after all the work."""
-    import tempfile
-
-    out = Path(path)
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=out, prefix=".repbench_write_check_"):
-            pass
-    except OSError as err:
-        reason = err.strerror or type(err).__name__
-        raise OSError(f"output directory {out} is not writable ({reason}); nothing was computed. Fix: {fix}") from err
-    return out
 
 
 def compare_features(
@@ -200,10 +175,16 @@ def markdown_table(rows: Sequence[Mapping[str, Any]], corr: Mapping[str, float] 
         lines.append("| " + " | ".join(_fmt(r.get(c, "")) for c in COLUMNS) + " |")
     lines.append("")
     lines.append("Correlation across backbones (Pearson / Spearman):")
+
+    def c(key: str) -> str:  # NaN = undefined: fewer than 3 backbones or a constant column
+        return "n/a" if math.isnan(corr[key]) else f"{corr[key]:.3f}"
+
     lines.append(
-        f"E vs mean accuracy {corr['pearson_mean_vs_acc_mean']:.3f} / {corr['spearman_mean_vs_acc_mean']:.3f}; "
-        f"Var vs accuracy variance {corr['pearson_var_vs_acc_var']:.3f} / {corr['spearman_var_vs_acc_var']:.3f}"
+        f"E vs mean accuracy {c('pearson_mean_vs_acc_mean')} / {c('spearman_mean_vs_acc_mean')}; "
+        f"Var vs accuracy variance {c('pearson_var_vs_acc_var')} / {c('spearman_var_vs_acc_var')}"
     )
+    if any(math.isnan(v) for v in corr.values()):
+        lines.append("(n/a: a correlation needs at least 3 backbones and columns that are not constant)")
     return "\n".join(lines) + "\n"
 
 
@@ -222,7 +203,8 @@ def write_table(rows: Sequence[Mapping[str, Any]], out_dir: str | Path, stem: st
         for r in rows:
             writer.writerow([r.get(c, "") for c in COLUMNS])
     paths["md"].write_text(markdown_table(rows, corr))
-    paths["json"].write_text(json.dumps({"rows": list(rows), "correlations": corr}, indent=1))
+    defined = {k: (None if math.isnan(v) else v) for k, v in corr.items()}  # JSON has no NaN: null = undefined
+    paths["json"].write_text(json.dumps({"rows": list(rows), "correlations": defined}, indent=1))
     return paths
 
 

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from types import TracebackType
 
-__all__ = ["LOCK_NAME", "RunDirectoryInUseError", "RunDirectoryLock"]
+__all__ = ["LOCK_NAME", "OUTPUT_DIR_FIX", "RunDirectoryInUseError", "RunDirectoryLock", "check_writable_dir"]
 
 LOCK_NAME = ".repbench-run.lock"
 
@@ -92,3 +92,28 @@ class RunDirectoryLock:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.release()
+
+
+OUTPUT_DIR_FIX = (
+    "point the run at a writable folder, e.g. hydra.run.dir=/tmp/my_run (paths.output_dir follows hydra.run.dir "
+    "unless it is overridden itself)"
+)
+
+
+def check_writable_dir(path: str | Path, fix: str) -> Path:
+    """Create ``path`` if needed and check that a file can be written there, before any work is done; else an
+    OSError naming the directory, the reason and ``fix`` (e.g. "set hydra.run.dir=<a writable folder>").
+
+    Shared by the report CLIs (``python -m src.synbench``, ``src.robustness``, ``src.taskprior``), which would
+    otherwise find an unwritable output directory only when writing their results, after all the work."""
+    import tempfile
+
+    out = Path(path)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=out, prefix=".repbench_write_check_"):
+            pass
+    except OSError as err:
+        reason = err.strerror or type(err).__name__
+        raise OSError(f"output directory {out} is not writable ({reason}); nothing was computed. Fix: {fix}") from err
+    return out

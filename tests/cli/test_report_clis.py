@@ -12,7 +12,8 @@ import pytest
 
 from src.robustness.report import digits_split
 from src.synbench.compare import compare_backbones
-from src.taskprior.report import check_writable_dir, collect_rows
+from src.taskprior.report import collect_rows
+from src.utils.run_dir import check_writable_dir
 
 from .conftest import compose_cfg
 
@@ -222,3 +223,20 @@ def test_result_table_is_shown_once(tmp_path, capsys, caplog, module, config, ov
         _run(module)(cfg)
     shown = capsys.readouterr().out.count(header) + caplog.text.count(header)
     assert shown == 1, f"the table was shown {shown} times"
+
+
+def test_correlations_with_too_few_backbones_are_shown_as_undefined(tmp_path):
+    """Two backbones: the Pearson/Spearman columns are undefined; the table says n/a and the JSON holds null (JSON has
+    no NaN), never a bare 'nan'."""
+    import json
+
+    from src.taskprior.report import write_table
+
+    rows = [
+        {"backbone": b, "acc_mean": a, "acc_var": 0.01, "mean": m, "var": 2.0, "acc_q10": 0, "acc_q50": 0, "acc_q90": 0}
+        for b, a, m in (("x", 0.6, 1.0), ("y", 0.7, 2.0))
+    ]
+    paths = write_table(rows, tmp_path)
+    md = paths["md"].read_text()
+    assert "nan" not in md.lower() and "n/a" in md
+    assert all(v is None for v in json.loads(paths["json"].read_text())["correlations"].values())
