@@ -48,6 +48,6 @@ def test_two_process_validation_equals_one_process() -> None:
     one = _validate(model, 1)
     two = _validate(model, 2)
     assert 0.2 < one["val/acc"] < 1.0
-    # 539 validation samples are split 270/269 with no padding duplicates: the counts are exact
+    # 360 validation samples are split 180/180 with no padding duplicates: the counts are exact
     assert two["val/acc"] == pytest.approx(one["val/acc"], abs=1e-6)
     assert two["val/adv/acc_pgd1_l2_0p25"] == pytest.approx(one["val/adv/acc_pgd1_l2_0p25"], abs=1e-6)
