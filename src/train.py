@@ -67,7 +67,7 @@ def check_resume_checkpoint(ckpt_path: str | Path, model: L.LightningModule) -> 
     if not path.is_file():
         raise FileNotFoundError(
             f"ckpt_path={ckpt_path}: no such file; pass a checkpoint of an earlier run, e.g. "
-            "ckpt_path=logs/train/runs/<time>/checkpoints/last.ckpt (or on_exception.ckpt after a crash)"
+            "ckpt_path=logs/train/runs/<run>/checkpoints/last.ckpt (or on_exception.ckpt after a crash)"
         )
     ckpt = read_checkpoint(path)
     if not isinstance(ckpt, dict) or "state_dict" not in ckpt or "loops" not in ckpt:

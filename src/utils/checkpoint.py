@@ -90,7 +90,8 @@ def read_checkpoint(ckpt_path: str | Path) -> dict[str, Any]:
     except Exception as err:  # truncated zip, pickle of arbitrary objects, wrong format: all say the same to a user
         raise CheckpointError(
             f"{path} is not a readable checkpoint ({type(err).__name__}: {str(err).splitlines()[0][:200] if str(err) else ''}); "
-            "pass a .ckpt file written by `python -m src.train` (weights_only loading refuses pickled objects)"
+            "pass a .ckpt file written by RepBench's training (python -m src.train / repbench-train; weights_only loading refuses "
+            "pickled objects)"
         ) from err
     if not isinstance(ckpt, Mapping) or "state_dict" not in ckpt:
         raise CheckpointError(f"{path} holds no Lightning checkpoint (no 'state_dict' entry)")
