@@ -47,9 +47,9 @@ def main(sweep_dir: str, out: str = os.path.join(os.path.dirname(__file__), "rob
             steps, values = zip(*sorted(series[key]))
             ax.plot(steps, values, color=color, ls="-" if seed == "0" else "--", marker="o", ms=3,
                     label=f"λ = {lam}, seed {seed}")  # fmt: skip
-    for ax, (_, title) in zip(axes, PANELS):
+    for ax, (key, title) in zip(axes, PANELS):
         ax.set_title(title, fontsize=10)
-        ax.set_xlabel("training step")
+        ax.set_xlabel("epoch" if "divergence_radius" in key else "training step")  # the monitors log per epoch
         ax.grid(alpha=0.3)
     axes[0].legend(fontsize=8)
     fig.tight_layout()
