@@ -168,11 +168,12 @@ def test_wheel_in_a_fresh_venv_beside_a_project_with_its_own_src(wheel, tmp_path
     assert report["repbench"].startswith(str(site))
     assert "val/divergence_radius/mean" in report["metrics"]
 
-    # every `from repbench... import ...` line of README's Python examples works from the installed package
+    # every `from repbench... import ...` line of README's and docs' examples works from the installed package
     imports = sorted(
         {
             line.split("#")[0].strip()
-            for line in (ROOT / "README.md").read_text().splitlines()
+            for doc in [ROOT / "README.md", *(ROOT / "docs").glob("*.md")]
+            for line in doc.read_text().splitlines()
             if line.startswith("from repbench") and "(" not in line
         }
     )
