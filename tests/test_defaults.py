@@ -78,7 +78,9 @@ CASES = [
         effective={"config": _attr("src.callbacks.synbench_callback:callback_budget")},
     ),
     Case("src.callbacks:DivergenceRadiusCallback", "callbacks/divergence_radius.yaml", "callbacks.divergence_radius"),
-    Case("src.callbacks:TaskPriorCallback", "callbacks/task_prior.yaml", "callbacks.task_prior", ["callbacks=task_prior"]),
+    Case(
+        "src.callbacks:TaskPriorCallback", "callbacks/task_prior.yaml", "callbacks.task_prior", ["callbacks=task_prior"]
+    ),
     Case(
         "src.callbacks:ExceptionCheckpoint",
         "callbacks/default.yaml",
