@@ -22,7 +22,7 @@ from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
 from omegaconf import OmegaConf, open_dict
 
-from src.models.base import _plain  # Mappings -> dict, tuples -> list, recursively
+from src.backbones.spec import plain as _plain  # Mappings -> dict, tuples -> list, recursively
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 

@@ -2,6 +2,16 @@
 
 from .base import Backbone, check_images
 from .registry import create_backbone, list_backbones, register_backbone
+from .spec import backbone_spec, build_backbone
 from .weights import MissingWeightsError
 
-__all__ = ["Backbone", "MissingWeightsError", "check_images", "create_backbone", "list_backbones", "register_backbone"]
+__all__ = [
+    "Backbone",
+    "MissingWeightsError",
+    "backbone_spec",
+    "build_backbone",
+    "check_images",
+    "create_backbone",
+    "list_backbones",
+    "register_backbone",
+]

@@ -44,7 +44,7 @@ def fixed_images(
     if isinstance(source, Tensor):
         images = pixel_images(source, "TaskPriorCallback", "images=")
     elif source == "digits":
-        from ..data.digits import load_digits_tensors, upsample_digits
+        from ..utils.digits import load_digits_tensors, upsample_digits
 
         images = upsample_digits(load_digits_tensors()[0][:num_images], int(image_size)).contiguous()
     elif source == "val":
@@ -148,7 +148,7 @@ class TaskPriorCallback(BackboneMonitor):
                 )
             self._prior_share = self.prior_features[idx].to(torch.float64)
             return
-        from ..models.base import build_backbone
+        from ..backbones.spec import build_backbone
 
         progress = self._progress(trainer, "Task-Prior prior features", len(idx))
         prior = build_backbone(self.prior_backbone).to(pl_module.device).eval()

@@ -2,48 +2,14 @@
 
 from __future__ import annotations
 
-import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 from torch.utils.data import Dataset
 
+from ..utils.digits import _INTERPOLATIONS, check_image_size, load_digits_tensors, upsample_digits
 from .common import IndexedDataset, SplitsDataModule, carve_splits, check_fractions, check_num_classes
 
 __all__ = ["DigitsDataModule", "UpsampledDigits", "check_image_size", "upsample_digits"]
-
-_INTERPOLATIONS = ("nearest", "bilinear", "bicubic")
-
-
-def check_image_size(image_size: object, key: str = "image_size", fix: str | None = None) -> int:
-    """``image_size`` (an integer, or an integral float) as an int >= 1, or a ValueError naming ``key`` and ``fix``
-    (default: "set <key>=64 (say)")."""
-    fix = fix or f"set {key}=64 (say)"
-    integral = isinstance(image_size, int | np.integer) or (isinstance(image_size, float) and image_size.is_integer())
-    if isinstance(image_size, bool) or not integral:
-        raise ValueError(f"{key} must be an integer >= 1 (pixels per side), got {image_size!r}; {fix}")
-    if int(image_size) < 1:
-        raise ValueError(f"{key} must be an integer >= 1 (pixels per side), got {image_size}; {fix}")
-    return int(image_size)
-
-
-def upsample_digits(images: Tensor, image_size: int, interpolation: str = "bilinear") -> Tensor:
-    """(N, 1, 8, 8) gray images in [0, 1] -> (N, 3, S, S) RGB in [0, 1] with ``F.interpolate``
-    (align_corners=False; bicubic overshoot is clamped; antialias only matters when shrinking below 8x8).
-
-    Gray -> RGB repeats the channel as a broadcast view (``expand``: no copy; the DataLoader's collate materialises
-    the batch). Call ``.contiguous()`` before writing into a single item in place.
-    """
-    if interpolation not in _INTERPOLATIONS:
-        raise ValueError(f"unknown interpolation {interpolation!r}; expected one of {_INTERPOLATIONS}")
-    image_size = check_image_size(image_size)
-    size = (image_size, image_size)
-    if interpolation == "nearest":
-        out = F.interpolate(images, size=size, mode="nearest")
-    else:
-        shrink = image_size < images.shape[-1]
-        out = F.interpolate(images, size=size, mode=interpolation, align_corners=False, antialias=shrink)
-    return out.clamp_(0.0, 1.0).expand(-1, 3, -1, -1)
 
 
 class UpsampledDigits(Dataset):
@@ -86,15 +52,6 @@ class UpsampledDigits(Dataset):
             return self.upsampled[index].expand(3, -1, -1), int(self.labels[index])
         x = upsample_digits(self.images[index : index + 1], self.image_size, self.interpolation)[0]
         return x, int(self.labels[index])
-
-
-def load_digits_tensors() -> tuple[Tensor, Tensor]:
-    """scikit-learn's ``load_digits()`` as ((1797, 1, 8, 8) float32 in [0, 1] (values 0..16 divided by 16), int64)."""
-    from sklearn.datasets import load_digits
-
-    bunch = load_digits()
-    images = torch.from_numpy(np.asarray(bunch.images, dtype=np.float32) / 16.0)[:, None]
-    return images, torch.from_numpy(np.asarray(bunch.target, dtype=np.int64))
 
 
 class DigitsDataModule(SplitsDataModule):

@@ -34,7 +34,8 @@ import torch
 from lightning.pytorch.utilities.parsing import collect_init_args
 from torch import Tensor, nn
 
-from ..backbones import Backbone, create_backbone
+from ..backbones import Backbone
+from ..backbones.spec import backbone_spec, build_backbone, plain
 from ..backbones.weights import omit_rebuilt_state, restore_rebuilt_state, state_fingerprint
 from ..utils.checkpoint import record_module_class
 
@@ -44,49 +45,6 @@ log = logging.getLogger("repbench")
 
 OPTIMIZERS = ("adam", "adamw", "sgd")
 SCHEDULERS = ("cosine", "none", None)
-
-
-def build_backbone(spec: Backbone | str | Mapping[str, Any]) -> Backbone:
-    """A Backbone, a registry name, or a mapping ``{name: ..., **opts}`` -> a Backbone."""
-    if isinstance(spec, Backbone):
-        return spec
-    if isinstance(spec, str):
-        backbone = create_backbone(spec)
-    elif isinstance(spec, Mapping) and "name" in spec:
-        backbone = create_backbone(spec["name"], **{k: v for k, v in spec.items() if k != "name"})
-    else:
-        raise TypeError(
-            f"backbone must be a Backbone, a name like 'embedded:efficientnet_lite0' or {{name: ...}}, got {spec!r}"
-        )
-    backbone.spec = _plain(spec)  # what rebuilt it (hparams of a module that is given this backbone later)
-    return backbone
-
-
-def backbone_spec(backbone: Backbone | str | Mapping[str, Any]) -> str | dict[str, Any]:
-    """What goes into hparams for ``backbone``: the name or ``{name, **opts}`` (a Backbone gives its ``spec``
-    attribute when it has one, else its name; its weights are in the checkpoint's state dict anyway)."""
-    if isinstance(backbone, Backbone):
-        spec = getattr(backbone, "spec", None)
-        if spec:
-            return _plain(spec)
-        # rebuild the architecture only: the weights (pretrained or trained) come from the checkpoint's state dict
-        return {"name": backbone.name, "pretrained": None if backbone.name.startswith("open_clip:") else False}
-    if isinstance(backbone, str):
-        return backbone
-    if isinstance(backbone, Mapping):
-        return _plain(backbone)
-    raise TypeError(
-        f"backbone must be a Backbone, a name like 'embedded:efficientnet_lite0' or {{name: ...}}, got {backbone!r}"
-    )
-
-
-def _plain(value: Any) -> Any:
-    """Mappings -> dict, tuples -> list (recursively): hparams must load with ``torch.load(weights_only=True)``."""
-    if isinstance(value, Mapping):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    return value
 
 
 def unpack_batch(batch: Any) -> tuple[Tensor, Tensor, Tensor | None]:
@@ -121,7 +79,7 @@ class RepBenchModule(L.LightningModule):
         if caller is not None:  # the subclasses' __init__ arguments, outermost class last (as Lightning does)
             for level in collect_init_args(caller, [], classes=(RepBenchModule,)):
                 hparams.update(level)
-        hparams = {k: _plain(v) for k, v in hparams.items()}
+        hparams = {k: plain(v) for k, v in hparams.items()}
         hparams["backbone"] = backbone_spec(backbone)
         optimizer, scheduler = hparams.get("optimizer", "adam"), hparams.get("scheduler", None)
         if optimizer not in OPTIMIZERS:

@@ -22,7 +22,7 @@ DIGIT_NAMES = ("zero", "one", "two", "three", "four", "five", "six", "seven", "e
 
 def check_config(cfg: DictConfig) -> None:
     """The run's settings, before any work: classifier, image_size, n_train / n_test (``check_split_sizes``)."""
-    from ..data.digits import check_image_size
+    from ..utils.digits import check_image_size
     from .report import check_split_sizes
 
     if cfg.classifier not in ("linear", "zero_shot"):

@@ -151,7 +151,7 @@ def check_split_sizes(n_train: object, n_test: object, available: int | None = N
 def digits_split(image_size: int, n_train: int, n_test: int, seed: int = 0) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """scikit-learn digits upsampled to RGB ``image_size``: a seeded random (train, test) split of the given sizes
     (disjoint; sizes checked by :func:`check_split_sizes`)."""
-    from ..data.digits import load_digits_tensors, upsample_digits
+    from ..utils.digits import load_digits_tensors, upsample_digits
 
     images, labels = load_digits_tensors()
     n_train, n_test = check_split_sizes(n_train, n_test, images.shape[0])

@@ -36,7 +36,7 @@ def protocol_fields(cfg: DictConfig) -> tuple[dict[str, Any], int | None]:
 def run(cfg: DictConfig) -> str:
     """The comparison of a composed synbench.yaml; returns the Markdown table. The protocol, ``input_size`` and the
     output directory are checked before any backbone is built."""
-    from ..data.digits import check_image_size
+    from ..utils.digits import check_image_size
     from ..utils.run_dir import OUTPUT_DIR_FIX, check_writable_dir
 
     fields, input_size = protocol_fields(cfg)

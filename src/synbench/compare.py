@@ -30,7 +30,7 @@ def compare_backbones(
     :class:`src.features.FeatureExtractor`.
     """
     from ..backbones import create_backbone
-    from ..data.digits import check_image_size
+    from ..utils.digits import check_image_size
 
     if input_size is not None:
         input_size = check_image_size(input_size, "input_size", INPUT_SIZE_FIX)

@@ -17,7 +17,7 @@ import hydra
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from ..data.digits import check_image_size
+from ..utils.digits import check_image_size
 from ..utils.hydra_utils import register_resolvers  # noqa: F401  (configs/hydra resolvers)
 from ..utils.resources import config_dir
 from ..utils.run_dir import OUTPUT_DIR_FIX, check_writable_dir
@@ -29,7 +29,7 @@ log = logging.getLogger("repbench")
 def digits_images(num_images: int, image_size: int) -> torch.Tensor:
     """The first ``num_images`` scikit-learn digits as (N, 3, S, S) images in [0, 1] (offline); a ValueError naming
     ``data.num_images`` / ``data.image_size`` for values out of range."""
-    from ..data.digits import load_digits_tensors, upsample_digits
+    from ..utils.digits import load_digits_tensors, upsample_digits
 
     size = check_image_size(image_size, "data.image_size")
     images, _ = load_digits_tensors()

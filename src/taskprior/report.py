@@ -117,8 +117,8 @@ def compare_backbones(
 ) -> tuple[list[dict[str, Any]], dict[str, Tensor]]:
     """Features of every backbone (and the prior) on ``images`` through ``FeatureExtractor``, then
     :func:`compare_features`. Returns (rows, {name: features})."""
+    from ..backbones.spec import build_backbone
     from ..features import FeatureExtractor
-    from ..models.base import build_backbone
 
     def embed(spec: Any) -> Tensor:
         t0 = time.perf_counter()

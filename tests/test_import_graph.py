@@ -1,0 +1,93 @@
+"""The package's import graph: layers import downward only, and no two subpackages import each other (no cycle).
+
+Layers, lowest first (a subpackage may import its own layer's lower neighbours named in ALLOWED, never above):
+utils -> backbones, features, perturbations, attacks -> synbench, robustness, taskprior (the three cores, no
+Lightning data modules) -> data -> metrics -> callbacks -> models -> train / eval (entry points).
+The package root (``src/__init__.py``: the installed name and the repository alias) imports nothing of ours and may be
+imported by anyone.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections import defaultdict
+from pathlib import Path
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+ROOT = "<root>"
+
+ALLOWED: dict[str, set[str]] = {
+    "utils": set(),
+    "backbones": {"utils"},
+    "features": {"utils"},
+    "perturbations": {"utils"},
+    "attacks": {"utils"},
+    "synbench": {"utils", "backbones", "features"},
+    "robustness": {"utils", "backbones", "features", "perturbations"},
+    "taskprior": {"utils", "backbones", "features"},
+    "data": {"utils", "synbench"},
+    "metrics": {"utils", "features", "synbench", "robustness", "taskprior"},
+    "callbacks": {"utils", "backbones", "features", "perturbations", "synbench", "robustness", "taskprior", "metrics"},
+    "models": {"utils", "backbones", "features", "perturbations", "attacks", "synbench", "taskprior", "metrics"},
+    "train": {"utils", "backbones", "callbacks", "models", "data"},
+    "eval": {"utils", "attacks", "models", "data"},
+}
+
+
+def _subpackage(path: Path) -> str:
+    rel = path.relative_to(SRC)
+    return rel.parts[0].removesuffix(".py") if len(rel.parts) > 1 else (rel.stem if rel.stem != "__init__" else ROOT)
+
+
+def import_graph() -> dict[str, set[str]]:
+    """{subpackage: subpackages it imports} from every relative import in src/ (absolute imports of the package by
+    name are refused by test_no_absolute_self_imports)."""
+    graph: dict[str, set[str]] = defaultdict(set)
+    for f in SRC.rglob("*.py"):
+        me = _subpackage(f)
+        here = list(f.relative_to(SRC).parent.parts)
+        for node in ast.walk(ast.parse(f.read_text())):
+            if not isinstance(node, ast.ImportFrom) or node.level == 0:
+                continue
+            base = here[: len(here) - (node.level - 1)]
+            target = base + (node.module.split(".") if node.module else [])
+            other = target[0] if target else ROOT
+            if other != me:
+                graph[me].add(other if (SRC / other).exists() or (SRC / f"{other}.py").exists() else ROOT)
+    return graph
+
+
+def test_layers_import_downward_only():
+    graph = import_graph()
+    assert set(graph) - {ROOT} <= set(ALLOWED), f"a new subpackage needs a layer: {set(graph) - set(ALLOWED)}"
+    upward = {(a, b) for a, targets in graph.items() for b in targets if b != ROOT and b not in ALLOWED.get(a, set())}
+    assert not upward, f"upward imports: {sorted(upward)}"
+    assert not graph.get(ROOT), "the package root must import none of its subpackages"
+
+
+def test_no_cycle_between_subpackages():
+    graph = import_graph()
+    state: dict[str, int] = {}
+
+    def visit(node: str, path: list[str]) -> None:
+        state[node] = 1
+        for nxt in graph.get(node, ()):
+            assert state.get(nxt) != 1, f"import cycle: {' -> '.join([*path, node, nxt])}"
+            if nxt not in state:
+                visit(nxt, [*path, node])
+        state[node] = 2
+
+    for node in list(graph):
+        if node not in state:
+            visit(node, [])
+
+
+def test_no_absolute_self_imports():
+    """Inside the package every import of itself is relative (it runs as `src` here and `repbench` installed)."""
+    bad = []
+    for f in SRC.rglob("*.py"):
+        for node in ast.walk(ast.parse(f.read_text())):
+            names = [node.module or ""] if isinstance(node, ast.ImportFrom) and node.level == 0 else []
+            names += [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            bad += [f"{f.relative_to(SRC)}: {n}" for n in names if n.split(".")[0] in ("src", "repbench", "callbacks")]
+    assert not bad, bad
