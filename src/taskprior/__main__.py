@@ -17,6 +17,7 @@ import hydra
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from ..utils.allocator import keep_freed_memory
 from ..utils.digits import check_image_size
 from ..utils.hydra_utils import register_resolvers  # noqa: F401  (configs/hydra resolvers)
 from ..utils.resources import config_dir
@@ -80,6 +81,7 @@ def run(cfg: DictConfig) -> str:
 
 @hydra.main(version_base="1.3", config_path=str(config_dir()), config_name="task_prior.yaml")
 def main(cfg: DictConfig) -> None:
+    keep_freed_memory()  # reuse freed activation memory (docs/speed.md), as every CLI does
     run(cfg)  # the table is logged once (console and the run's log file) and written to task_prior.md
 
 
