@@ -35,7 +35,8 @@ class SynBenchConfig:
     mean_offset: pixel mean 0.5 (μ̄ of Algorithm 1 line 8 in the official per-pixel form).
     normalization: what the network sees - "imagenet" (official: (x − ImageNet mean)/ImageNet std),
       "backbone" (the feature function's own normalisation of the pixel images) or "none" (raw pixels);
-      see :func:`src.synbench.runner.pixel_transform`.
+      see :func:`src.synbench.runner.pixel_transform`. "imagenet" needs samples (3, H, W); "backbone" and "none"
+      take any input shape (flat vectors (d,) included, :func:`src.synbench.plan.check_normalization_shape`).
     covariance: "identity" (Gaussian-I) | "banded" (Gaussian-H, §4.4; ``band`` = (c₀, c₁, c₂, c₃) is the
       per-channel Toeplitz band over flattened H·W pixels - the paper does not publish its values; ours).
     class_prior: τ = P(y = 1). prior_correction: False (official: classifier without prior threshold, Theorem

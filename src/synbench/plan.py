@@ -1,5 +1,9 @@
-"""SamplingPlan: which synthetic images SynBench draws (ICML 2024 paper, Algorithm 1 line 8) and how they are
+"""SamplingPlan: which synthetic samples SynBench draws (ICML 2024 paper, Algorithm 1 line 8) and how they are
 split into chunks, so that any number of processes draws exactly the single-process samples.
+
+Samples have any shape (B, *input_shape): flat vectors (d,) (the paper's task lives in R^d), images (C, H, W) and
+other ranks. Channels as :func:`~src.synbench.sampling.channel_layout` (axis 0 for rank ≥ 2, a flat vector is one
+channel); ``normalization="imagenet"`` needs 3 of them (:func:`check_normalization_shape`).
 
 Chunk c of split ("train"/"test") at s is a counter-based draw (:func:`~src.synbench.sampling.sample_chunk`): the
 samples do not depend on the batch size, the other s values, or which process draws the chunk. A process with
@@ -12,24 +16,90 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from numbers import Integral
 from typing import Any
 
 import torch
 
 from ..utils.distributed import Shard
 from .config import IMAGENET_MEAN, IMAGENET_STD, SynBenchConfig
-from .sampling import banded_cholesky, banded_margin_scale, sample_chunk
+from .sampling import banded_cholesky, banded_margin_scale, channel_layout, sample_chunk
 
 Tensor = torch.Tensor
 MeanStd = tuple[Sequence[float], Sequence[float]]
 
-__all__ = ["SamplingPlan", "pixel_transform", "resolve_backbone_mean_std", "margin_scale", "reference_prior"]
+__all__ = [
+    "SamplingPlan",
+    "check_input_shape",
+    "check_normalization_shape",
+    "pixel_transform",
+    "resolve_backbone_mean_std",
+    "margin_scale",
+    "reference_prior",
+]
 
 
-def resolve_backbone_mean_std(feature_fn: Any, backbone_mean_std: MeanStd | None, channels: int) -> MeanStd | None:
+def _is_whole(v: Any) -> bool:
+    """Whether ``v`` is an integer size (int, numpy/torch integer scalar, or a whole float), not a bool."""
+    if isinstance(v, bool):
+        return False
+    try:
+        return math.isfinite(float(v)) and float(v) == int(v)
+    except (TypeError, ValueError, RuntimeError):
+        return False
+
+
+def check_input_shape(input_shape: Any) -> tuple[int, ...]:
+    """``input_shape`` as a tuple of ints: a non-empty sequence (any iterable but a string) of positive integers,
+    any rank ((d,), (C, H, W), …). TypeError for a bare number, a string or non-integer sizes; ValueError for an
+    empty shape or a size below 1."""
+    try:
+        items = None if isinstance(input_shape, str | bytes) else tuple(input_shape)
+    except TypeError:
+        items = None
+    if items is None:
+        hint = f" (for flat vectors write input_shape=({input_shape},))" if isinstance(input_shape, Integral) else ""
+        raise TypeError(
+            f"SynBench: input_shape={input_shape!r} must be a sequence of sizes, the shape of one sample without "
+            f"the batch axis, e.g. (d,) or (C, H, W){hint}"
+        )
+    if not items:
+        raise ValueError("SynBench: input_shape=() is empty; give the shape of one sample, e.g. (d,) or (C, H, W)")
+    if not all(_is_whole(v) for v in items):
+        raise TypeError(f"SynBench: input_shape={items!r} must hold integers (the sizes of one sample)")
+    shape = tuple(int(v) for v in items)
+    if any(v < 1 for v in shape):
+        raise ValueError(f"SynBench: input_shape={shape!r} must hold positive sizes (every axis at least 1)")
+    return shape
+
+
+def check_normalization_shape(normalization: str, input_shape: Sequence[int]) -> None:
+    """Refuse a ``normalization`` the samples cannot take: "imagenet" needs 3 channels on axis 0 ((3, H, W));
+    "backbone" and "none" take every shape (they add no per-channel statistics of their own)."""
+    if normalization != "imagenet":
+        return
+    shape = tuple(input_shape)
+    if len(shape) == 1:
+        raise ValueError(
+            f"SynBench: normalization='imagenet' applies the 3 ImageNet channel means/stds to images (3, H, W), but "
+            f"input_shape={shape!r} is a flat vector; use SynBenchConfig(normalization='none') to feed the raw "
+            "samples (the paper's task in R^d), or input_shape=(3, H, W)"
+        )
+    if shape[0] != 3:
+        raise ValueError(
+            f"SynBench: normalization='imagenet' needs 3 channels on axis 0, (3, H, W), but input_shape={shape!r} "
+            f"has {shape[0]}; use SynBenchConfig(normalization='none') (raw samples) or normalization='backbone' "
+            "(the feature function's own normalisation), or input_shape=(3, ...)"
+        )
+
+
+def resolve_backbone_mean_std(
+    feature_fn: Any, backbone_mean_std: MeanStd | None, channels: int, input_shape: Sequence[int] | None = None
+) -> MeanStd | None:
     """The normalisation ``feature_fn`` applies internally: the given pair, else ``mean``/``std`` attributes of
     the callable's owner (``bb.embed`` → ``bb``, or ``bb`` itself, as the repo's Backbone; a FeatureExtractor is
-    looked through), else None (none)."""
+    looked through), else None (none). ``channels`` values each (``input_shape`` only names the samples in the
+    error)."""
     if backbone_mean_std is None:
         inner = getattr(feature_fn, "feature_fn", feature_fn)  # FeatureExtractor → its function
         owner = getattr(inner, "__self__", inner)
@@ -42,7 +112,12 @@ def resolve_backbone_mean_std(feature_fn: Any, backbone_mean_std: MeanStd | None
             return None
     mean, std = (torch.as_tensor(v, dtype=torch.float64).reshape(-1) for v in backbone_mean_std)
     if mean.numel() != channels or std.numel() != channels or not bool((std > 0).all()):
-        raise ValueError(f"backbone_mean_std must hold {channels} means and {channels} positive stds")
+        where = "" if input_shape is None else f" of input_shape={tuple(input_shape)!r}"
+        raise ValueError(
+            f"SynBench: backbone_mean_std must hold {channels} mean(s) and {channels} positive std(s), one per channel"
+            f"{where} (axis 0; a flat vector is one channel), got {len(mean)} and {len(std)}; pass one value per "
+            "channel, or None when feature_fn normalises nothing"
+        )
     return tuple(mean.tolist()), tuple(std.tolist())
 
 
@@ -64,7 +139,9 @@ def pixel_transform(
     if normalization != "imagenet":
         raise ValueError(f"unknown normalization {normalization!r}")
     if channels != 3:
-        raise ValueError("normalization='imagenet' needs 3 channels; use 'backbone' or 'none'")
+        raise ValueError(
+            f"normalization='imagenet' needs 3 channels, got {channels}; use normalization='none' or 'backbone'"
+        )
     m_in, s_in = torch.tensor(IMAGENET_MEAN, dtype=torch.float64), torch.tensor(IMAGENET_STD, dtype=torch.float64)
     return (s_bb / s_in).float(), (m_bb - m_in * s_bb / s_in).float()
 
@@ -75,15 +152,15 @@ def reference_prior(cfg: SynBenchConfig) -> float:
 
 
 def _factor(cfg: SynBenchConfig, shape: Sequence[int]) -> Tensor | None:
-    return banded_cholesky(cfg.band, math.prod(shape[1:])) if cfg.covariance == "banded" else None
+    return banded_cholesky(cfg.band, channel_layout(shape)[1]) if cfg.covariance == "banded" else None
 
 
 def margin_scale(cfg: SynBenchConfig, input_shape: Sequence[int], factor: Tensor | None = None) -> float:
     """κ of the reference Φ(κs): 1 for Gaussian-I, √(1ᵀT⁻¹1/n) for the banded Gaussian-H (§4.4)."""
     if cfg.covariance != "banded":
         return 1.0
-    n_pix = math.prod(int(v) for v in input_shape[1:])
-    return banded_margin_scale(cfg.band, n_pix, factor if factor is not None else _factor(cfg, input_shape))
+    n_values = channel_layout(input_shape)[1]
+    return banded_margin_scale(cfg.band, n_values, factor if factor is not None else _factor(cfg, input_shape))
 
 
 @dataclass(frozen=True)
@@ -107,13 +184,14 @@ class SamplingPlan:
         backbone_mean_std: MeanStd | None = None,
         device: Any = "cpu",
     ) -> SamplingPlan:
-        """The plan of ``cfg`` for images of ``input_shape`` (C, H, W); ``device`` is where samples are drawn
-        (the feature device with ``cfg.sample_on_device``, else the CPU: the caller decides)."""
-        shape = tuple(int(v) for v in input_shape)
-        if len(shape) < 2 or any(v < 1 for v in shape):
-            raise ValueError(f"input_shape must be (C, H, W) with positive sizes, got {input_shape!r}")
+        """The plan of ``cfg`` for samples of ``input_shape`` (any rank: (d,), (C, H, W), …; see the module
+        docstring); ``device`` is where samples are drawn (the feature device with ``cfg.sample_on_device``, else
+        the CPU: the caller decides)."""
+        shape = check_input_shape(input_shape)
+        check_normalization_shape(cfg.normalization, shape)
+        channels = channel_layout(shape)[0]
         affine = pixel_transform(
-            cfg.normalization, shape[0], resolve_backbone_mean_std(feature_fn, backbone_mean_std, shape[0])
+            cfg.normalization, channels, resolve_backbone_mean_std(feature_fn, backbone_mean_std, channels, shape)
         )
         factor = _factor(cfg, shape)
         kwargs = dict(

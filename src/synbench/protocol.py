@@ -76,8 +76,8 @@ def make_extract(
     batch_size: int = 256,
     clock: list[float] | None = None,
 ) -> Callable[[Tensor], Tensor]:
-    """x (B, C, H, W) → features (B, D) through :class:`src.features.FeatureExtractor` (inference mode, chunks of
-    ``extractor["max_batch"]`` images, default ``batch_size``), with the caller's CPU thread count (the protocol
+    """x (B, *input_shape) → features (B, D) through :class:`src.features.FeatureExtractor` (inference mode, chunks
+    of ``extractor["max_batch"]`` samples, default ``batch_size``), with the caller's CPU thread count (the protocol
     runs its own algebra with ``linalg_threads``). Clear errors for a non-tensor output or a wrong batch size.
     Adds the forward time to ``clock[0]``."""
     from ..features import FeatureExtractor

@@ -1,9 +1,11 @@
 """Class-conditional Gaussian inputs of SynBench in pixel space (ICML 2024 paper §3.1 eq. 1, §3.3, §4.4,
 Algorithm 1 line 8; official ``Gaussian_Dataset``).
 
-x = mean_offset + (2y − 1)·s·1_d/√d + ε, ε ~ N(0, Σ), y ~ Bernoulli(τ) ∈ {0, 1} (1 ↔ +μ), d = C·H·W, no
-clipping. Σ = I ("identity", Gaussian-I) or block-diagonal over channels with a banded Toeplitz block over the
-H·W flattened pixels of each channel ("banded", Gaussian-H, §4.4: heptadiagonal for a band of 4 values).
+x = mean_offset + (2y − 1)·s·1_d/√d + ε, ε ~ N(0, Σ), y ~ Bernoulli(τ) ∈ {0, 1} (1 ↔ +μ), no clipping, for
+samples of any shape (B, *input_shape), d = prod(input_shape). Σ = I ("identity", Gaussian-I) or block-diagonal
+over channels with a banded Toeplitz block over the flattened values of each channel ("banded", Gaussian-H,
+§4.4: heptadiagonal for a band of 4 values). Channels (:func:`channel_layout`): axis 0 of (C, H, W) and of every
+other rank ≥ 2; a flat vector (d,) is one channel of d values.
 
 Reproducibility: samples come in fixed chunks of ``chunk_size``; chunk c of split ("train"/"test") at s is
 drawn by a torch.Generator seeded from SeedSequence((seed, round(s·1e6), split, c)). Sample i is therefore
@@ -23,6 +25,15 @@ from scipy.linalg import LinAlgError, cho_solve_banded, cholesky_banded
 
 Tensor = torch.Tensor
 SPLITS = {"train": 0, "test": 1}
+
+
+def channel_layout(input_shape: Sequence[int]) -> tuple[int, int]:
+    """(channels, values per channel) of samples (B, *input_shape): axis 0 is the channel axis for rank ≥ 2
+    ((C, H, W) → (C, H·W)); a flat vector (d,) is one channel of d values → (1, d)."""
+    shape = tuple(int(v) for v in input_shape)
+    if len(shape) == 1:
+        return 1, shape[0]
+    return shape[0], math.prod(shape[1:])
 
 
 def chunk_seed(seed: int, s: float, split: str, chunk: int) -> int:
@@ -90,7 +101,8 @@ def sample_chunk(
 ) -> tuple[Tensor, Tensor]:
     """Chunk ``chunk`` (samples chunk·chunk_size ... +chunk_size) of one split: (x (B, *input_shape), y (B,)).
 
-    ``factor``: banded Cholesky factor for Gaussian-H (None: Σ = I). ``channel_affine`` = (scale, shift), each
+    ``input_shape``: any shape of positive sizes, channels as :func:`channel_layout`. ``factor``: banded Cholesky
+    factor for Gaussian-H over the values of one channel (None: Σ = I). ``channel_affine`` = (scale, shift), each
     (C,): returns scale_c·x + shift_c instead of x (normalisation folded into sampling, two passes).
     """
     if not 0.0 < class_prior < 1.0:
@@ -101,16 +113,15 @@ def sample_chunk(
     g.manual_seed(chunk_seed(seed, s, split, chunk))
     y = (torch.rand(chunk_size, generator=g, device=device) < class_prior).long()
     x = torch.randn((chunk_size, *shape), generator=g, device=device, dtype=dtype)
+    per_channel = x.view(chunk_size, *channel_layout(shape))  # (B, C, values per channel): a view of x
     if factor is not None:
-        c = shape[0]
-        x = apply_banded_factor(x.view(chunk_size, c, -1), factor).view(chunk_size, *shape)
+        per_channel = apply_banded_factor(per_channel, factor)
     mean = mean_offset + (2.0 * y.to(dtype) - 1.0) * (s / math.sqrt(d))  # (B,)
-    expand = (chunk_size,) + (1,) * len(shape)
     if channel_affine is None:
-        return x.add_(mean.view(expand)), y
-    scale, shift = (t.to(device, dtype).view(shape[0], *([1] * (len(shape) - 1))) for t in channel_affine)
-    bias = scale * mean.view(expand) + shift  # (B, C, 1, 1)
-    return x.mul_(scale).add_(bias), y
+        return per_channel.add_(mean.view(chunk_size, 1, 1)).view(chunk_size, *shape), y
+    scale, shift = (t.to(device, dtype).view(-1, 1) for t in channel_affine)  # (C, 1)
+    bias = scale * mean.view(chunk_size, 1, 1) + shift  # (B, C, 1)
+    return per_channel.mul_(scale).add_(bias).view(chunk_size, *shape), y
 
 
 def iter_samples(n: int, batch_size: int, **kwargs: Any) -> Iterator[tuple[Tensor, Tensor]]:
