@@ -21,6 +21,7 @@ from torch import Tensor
 from ..metrics.synbench_score import synbench_distributed
 from ..synbench import SynBenchConfig
 from ..synbench.defaults import yaml_defaults
+from ..synbench.plan import check_input_shape, check_normalization_shape
 from ..utils.modes import eval_mode
 from ._monitor import BackboneMonitor, rank_and_world, weights_fingerprint
 
@@ -66,8 +67,14 @@ class SynBenchCallback(BackboneMonitor):
             self.config = config
         else:
             self.config = SynBenchConfig(**{**callback_budget(), **dict(config or {})})
-        size = (3, input_size, input_size) if isinstance(input_size, int) else tuple(int(v) for v in input_size)
-        self.input_shape = size
+        if isinstance(input_size, int) and not isinstance(input_size, bool):
+            if input_size < 1:
+                raise ValueError(
+                    f"input_size must be >= 1 pixels per side (or a shape like (3, 32, 32)), got {input_size}"
+                )
+            input_size = (3, input_size, input_size)
+        self.input_shape = check_input_shape(input_size)  # refused now, not after the first training epoch
+        check_normalization_shape(self.config.normalization, self.input_shape)
         self.log_figure = log_figure
         self.extractor = dict(extractor or {})
         self.result = None  # SynBenchResult of the last computation

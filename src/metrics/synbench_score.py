@@ -19,7 +19,7 @@ from torch import Tensor
 from torchmetrics import Metric
 
 from ..synbench.config import SynBenchConfig
-from ..synbench.plan import MeanStd, SamplingPlan, margin_scale
+from ..synbench.plan import MeanStd, SamplingPlan, check_input_shape, check_normalization_shape, margin_scale
 from ..synbench.protocol import frozen, make_extract, run_protocol
 from ..synbench.result import SynBenchResult
 from ..synbench.runner import sampling_device
@@ -51,7 +51,8 @@ class SynBenchScore(PlotMixin, Metric):
 
     Args:
         config: the protocol (s grid, ε grid, a_T, eps_mode, integral, norm, covariance divisor, eig_tol, τ, ...).
-        input_shape: (C, H, W) of the synthetic images.
+        input_shape: shape of one synthetic sample: (C, H, W) images or any other, e.g. (d,) vectors with
+            ``normalization="none"`` (:func:`~src.synbench.plan.check_input_shape`).
         backbone_mean_std: the normalisation inside ``feature_fn`` (None: auto-detected, see ``synbench()``).
         extractor: options of :class:`src.features.FeatureExtractor`.
 
@@ -86,7 +87,8 @@ class SynBenchScore(PlotMixin, Metric):
     ) -> None:
         super().__init__(**kwargs)
         self.config = config or SynBenchConfig()
-        self.input_shape = tuple(int(v) for v in input_shape)
+        self.input_shape = check_input_shape(input_shape)
+        check_normalization_shape(self.config.normalization, self.input_shape)
         self.backbone_mean_std = backbone_mean_std
         self.extractor = dict(extractor or {})
         n_s, n_e = len(self.config.s_values), len(self.config.eps)

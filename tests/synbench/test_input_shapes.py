@@ -149,3 +149,17 @@ def test_item1_backbone_mean_std_must_match_the_channels():
     # are counts (1 count = 1/64) and margins move by ~1e-7 relative: counts equal, bounds within 1e-5
     torch.testing.assert_close(res.accuracy, base.accuracy, rtol=0, atol=0.1 / cfg.n_test)
     torch.testing.assert_close(res.bound, base.bound, rtol=1e-5, atol=0)
+
+
+def test_callback_and_metric_refuse_bad_shapes_at_construction():
+    """Refused when built, not after a whole training epoch (the callback's default normalization is imagenet)."""
+    from src.callbacks import SynBenchCallback
+    from src.metrics import SynBenchScore
+
+    with pytest.raises(ValueError, match="input_size must be >= 1"):
+        SynBenchCallback(input_size=0)
+    with pytest.raises(ValueError, match="normalization"):
+        SynBenchCallback(input_size=(16,))
+    with pytest.raises(TypeError, match="input_shape"):
+        SynBenchScore(input_shape=16)
+    SynBenchCallback(input_size=(16,), config={"normalization": "none"})  # any shape without normalization
