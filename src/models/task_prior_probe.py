@@ -34,14 +34,15 @@ from torch.utils.data import DataLoader, Dataset, Subset
 from ..backbones import Backbone
 from ..features import FeatureExtractor
 from ..metrics.task_prior import TaskAccuracies
-from ..taskprior import (
-    DEFAULT_EVAL_SCALE,
-    DEFAULT_PRIOR_SCALE,
-    DEFAULT_SAMPLER_SCALE,
-    sample_task_labels,
-    task_prior_moments,
+from ..taskprior import DEFAULT_CONVENTION, resolve_convention, sample_task_labels, task_prior_moments
+from ..taskprior.probing import (
+    DEFAULT_QUANTILES,
+    BatchedLinearHead,
+    Standardizer,
+    accuracy_summary,
+    task_probe_loss,
+    task_scores,
 )
-from ..taskprior.probing import DEFAULT_QUANTILES, BatchedLinearHead, Standardizer, task_probe_loss
 from ..utils.checkpoint import register_module
 from ..utils.distributed import process_seams
 from ..utils.modes import eval_mode
@@ -74,11 +75,15 @@ class TaskPriorProbe(RepBenchModule):
     prior_backbone: the backbone whose kernel K defines the Task Prior (built once in ``setup``, then dropped).
     num_tasks: labelings sampled (probes trained at once).
     task_classes: q, classes per sampled labeling (>= 2).
+    convention: ``"repbench"`` (default), ``"paper"`` or ``"authors"``: the preset of the five options below and of
+        the sampler's factor and the probe score (``src.taskprior.conventions``, docs/task_priors.md,
+        "Conventions"). ``"authors"`` scores each probe by its recall of class 1 on the training split.
     sample_temperature: T of the prefix sampler (Algorithm 1) on K scaled by ``sampler_scale``.
     temperature: T of the closed-form moments (Thm 2.3).
     order: ``"sequential"`` (paper) or ``"random"`` (authors' code) visiting order of the sampler.
     eval_scale, prior_scale: kernel scales of the moments (``"frobenius"`` | ``"none"``).
     sampler_scale: kernel scale of the sampler.
+        Each of these five left at None takes the convention's value; an explicit value wins.
     block_size: row-block size of the moments.
     standardize: z-score features with the training split's statistics before the heads.
     max_batch: images per backbone forward when computing features.
@@ -99,12 +104,13 @@ class TaskPriorProbe(RepBenchModule):
         prior_backbone: Backbone | str | Mapping[str, Any] = "embedded:efficientnet_lite2",
         num_tasks: int = 64,
         task_classes: int = 2,
-        sample_temperature: float = 0.01,
-        temperature: float = 0.01,
-        order: str = "sequential",
-        eval_scale: str = DEFAULT_EVAL_SCALE,
-        prior_scale: str = DEFAULT_PRIOR_SCALE,
-        sampler_scale: str = DEFAULT_SAMPLER_SCALE,
+        sample_temperature: float | None = None,
+        temperature: float | None = None,
+        order: str | None = None,
+        eval_scale: str | None = None,
+        prior_scale: str | None = None,
+        sampler_scale: str | None = None,
+        convention: str = DEFAULT_CONVENTION,
         block_size: int = 1024,
         standardize: bool = True,
         lr: float = 1e-2,
@@ -124,11 +130,16 @@ class TaskPriorProbe(RepBenchModule):
             raise ValueError(f"num_tasks must be >= 1, got {num_tasks}")
         if int(task_classes) < 2:
             raise ValueError(f"task_classes must be >= 2 (q-class labelings), got {task_classes}")
-        for name, t in (("sample_temperature", sample_temperature), ("temperature", temperature)):
-            if not (math.isfinite(float(t)) and float(t) > 0):
-                raise ValueError(f"{name} must be a finite number > 0, got {t}")
-        if order not in ("sequential", "random"):
-            raise ValueError(f"order must be 'sequential' or 'random', got {order!r}")
+        #: every Task-Prior setting, checked here (before any backbone runs)
+        self.convention = resolve_convention(
+            convention,
+            sample_temperature=sample_temperature,
+            temperature=temperature,
+            order=order,
+            eval_scale=eval_scale,
+            prior_scale=prior_scale,
+            sampler_scale=sampler_scale,
+        )
         self.backbone.requires_grad_(False).eval()
         self.head = BatchedLinearHead(
             int(num_tasks), int(task_classes), self.backbone.embed_dim, generator=torch.Generator().manual_seed(seed)
@@ -166,7 +177,7 @@ class TaskPriorProbe(RepBenchModule):
         self, train_eval: Tensor, val_eval: Tensor, train_prior: Tensor, val_prior: Tensor
     ) -> dict[str, float]:
         """Sample the labelings of train + val, standardize features and compute E, Var (every rank, same values)."""
-        hp = self.hparams
+        hp, conv = self.hparams, self.convention
         n_train = train_eval.shape[0]
         eval_all, prior_all = torch.cat([train_eval, val_eval]), torch.cat([train_prior, val_prior])
         if eval_all.shape[0] != prior_all.shape[0]:
@@ -174,20 +185,16 @@ class TaskPriorProbe(RepBenchModule):
         labels = sample_task_labels(
             prior_all,
             int(hp.task_classes),
-            float(hp.sample_temperature),
-            int(hp.num_tasks),
+            num_tasks=int(hp.num_tasks),
             generator=torch.Generator().manual_seed(int(hp.seed)),
-            order=hp.order,
-            scale=hp.sampler_scale,
+            convention=conv,
         )
         shard, reduce = process_seams()
         mean, var = task_prior_moments(
             eval_all,
             prior_all,
-            float(hp.temperature),
             block_size=int(hp.block_size),
-            eval_scale=hp.eval_scale,
-            prior_scale=hp.prior_scale,
+            convention=conv,
             shard=shard,
             reduce=reduce,
         )
@@ -257,8 +264,15 @@ class TaskPriorProbe(RepBenchModule):
         self.val_tasks.update(self.head(feats), labels)
 
     def on_validation_epoch_end(self) -> None:
-        out = {f"val/task_prior/{k}": float(v) for k, v in self.val_tasks.compute().items()}
-        self.last_accuracies = self.val_tasks.accuracies().detach().cpu()  # synced inside compute() only
+        conv = self.convention
+        if (conv.probe_metric, conv.probe_split) == ("accuracy", "test"):
+            out = {f"val/task_prior/{k}": float(v) for k, v in self.val_tasks.compute().items()}
+            self.last_accuracies = self.val_tasks.accuracies().detach().cpu()  # synced inside compute() only
+        else:  # every rank caches every feature and label: the same scores everywhere, no sync needed
+            x, y = (self._train_x, self._train_y) if conv.probe_split == "train" else (self._val_x, self._val_y)
+            scores = task_scores(self.head, x, y, metric=conv.probe_metric)
+            out = {f"val/task_prior/{k}": v for k, v in accuracy_summary(scores, self.val_tasks.quantiles).items()}
+            self.last_accuracies = scores.detach().cpu()
         out.update({f"val/task_prior/{k}": v for k, v in self.moments.items()})
         self.log_dict(out, sync_dist=False)  # identical on every rank (synced counts, reduced moments)
         self.val_tasks.reset()
@@ -286,8 +300,11 @@ class TaskPriorProbe(RepBenchModule):
             "prior_backbone": prior,
             "num_tasks": int(hp.num_tasks),
             "task_classes": int(hp.task_classes),
-            "sample_temperature": float(hp.sample_temperature),
-            "temperature": float(hp.temperature),
+            "convention": self.convention.name,
+            "sample_temperature": self.convention.sample_temperature,
+            "temperature": self.convention.temperature,
+            "probe_metric": self.convention.probe_metric,
+            "probe_split": self.convention.probe_split,
             **metrics,
             "accuracies": [] if self.last_accuracies is None else self.last_accuracies.tolist(),
         }

@@ -1,7 +1,8 @@
 """Task Priors (Patel & Balestriero, arXiv:2507.09871): the centred cosine kernel, closed-form moments of the
 kernel alignment Tr(MG) computed in tiles (never n × n in memory), and the prefix sampler of labelings.
-No Lightning imports here: the torchmetric, callback and LightningModule are shells over these functions."""
+``conventions.py`` holds the settings presets ("paper", "authors", "repbench"). No Lightning imports here: the torchmetric, callback and LightningModule are shells over these functions."""
 
+from .conventions import CONVENTIONS, DEFAULT_CONVENTION, TaskPriorConvention, resolve_convention
 from .kernels import CenteredCosine, centered_cosine_kernel, centered_normalized_features, kernel_frobenius_norm
 from .moments import (
     DEFAULT_BLOCK_SIZE,
@@ -17,6 +18,10 @@ from .moments import (
 from .sampler import DEFAULT_SAMPLER_SCALE, prior_factor, sample_task_labels, sequential_log_prob
 
 __all__ = [
+    "CONVENTIONS",
+    "DEFAULT_CONVENTION",
+    "TaskPriorConvention",
+    "resolve_convention",
     "DEFAULT_BLOCK_SIZE",
     "DEFAULT_EVAL_SCALE",
     "DEFAULT_PRIOR_SCALE",

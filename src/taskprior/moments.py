@@ -23,6 +23,7 @@ import math
 import torch
 
 from ..utils.distributed import Reduce, Shard, no_reduce
+from .conventions import CONVENTIONS, DEFAULT_CONVENTION, TaskPriorConvention, resolve_convention
 from .kernels import CenteredCosine
 from .validation import (
     check_block_size,
@@ -49,10 +50,11 @@ __all__ = [
 ]
 
 DEFAULT_BLOCK_SIZE = 1024
-#: see docs/task_priors.md, "Scales": M/‖M‖_F makes E and Var comparable across backbones; K is kept raw so that
-#: σ(K_ij/T) stays informative at any n (a Frobenius-scaled K has entries ~1/n and σ(K/T) -> 1/2).
-DEFAULT_EVAL_SCALE = "frobenius"
-DEFAULT_PRIOR_SCALE = "none"
+#: the "repbench" convention's scales (owned by ``conventions.py``; see docs/task_priors.md, "Scales"): M/‖M‖_F makes
+#: E and Var comparable across backbones; K is kept raw so that σ(K_ij/T) stays informative at any n (a
+#: Frobenius-scaled K has entries ~1/n and σ(K/T) -> 1/2).
+DEFAULT_EVAL_SCALE = CONVENTIONS[DEFAULT_CONVENTION].eval_scale
+DEFAULT_PRIOR_SCALE = CONVENTIONS[DEFAULT_CONVENTION].prior_scale
 
 
 class _DenseKernel:
@@ -220,11 +222,12 @@ def sharded_moment_sums(
 def task_prior_moments(
     eval_features: Tensor | None,
     prior_features: Tensor | None,
-    temperature: float,
+    temperature: float | None = None,
     *,
     block_size: int = DEFAULT_BLOCK_SIZE,
-    eval_scale: str = DEFAULT_EVAL_SCALE,
-    prior_scale: str = DEFAULT_PRIOR_SCALE,
+    eval_scale: str | None = None,
+    prior_scale: str | None = None,
+    convention: str | TaskPriorConvention | None = None,
     eval_kernel: Tensor | None = None,
     prior_kernel: Tensor | None = None,
     shard: Shard | None = None,
@@ -233,17 +236,20 @@ def task_prior_moments(
     """(E[Tr(MG)], Var[Tr(MG)]) under the Task Prior of K at ``temperature`` (Task Priors, Thm 2.3).
 
     M: centred cosine kernel of ``eval_features`` (or ``eval_kernel`` as given), divided by its Frobenius norm when
-    ``eval_scale="frobenius"``; K likewise from the prior, with ``prior_scale``. Blocked in row/column tiles of
-    ``block_size``: memory O(block_size² + block_size·D + n), never n × n. ``shard``/``reduce`` are the DDP seams
-    (defaults: this process does everything, no reduction).
+    ``eval_scale="frobenius"``; K likewise from the prior, with ``prior_scale``. ``temperature``, ``eval_scale`` and
+    ``prior_scale`` left at None take the values of ``convention`` (``"repbench"``: T = 0.01, M/‖M‖_F, raw K;
+    ``"paper"``: T = 0.01, both raw; ``"authors"``: T = 1e-5, both Frobenius-scaled; see ``conventions.py``); an
+    explicit value wins. Blocked in row/column tiles of ``block_size``: memory O(block_size² + block_size·D + n),
+    never n × n. ``shard``/``reduce`` are the DDP seams (defaults: this process does everything, no reduction).
     """
+    conv = resolve_convention(convention, temperature=temperature, eval_scale=eval_scale, prior_scale=prior_scale)
+    temperature = conv.temperature
     msrc = kernel_source(eval_features, eval_kernel, "eval")
     ksrc = kernel_source(prior_features, prior_kernel, "prior")
     check_same_n(msrc.n, ksrc.n)
-    check_temperature(temperature)
     check_block_size(block_size)
-    en = kernel_scale(msrc, eval_scale, "eval_scale")
-    pn = kernel_scale(ksrc, prior_scale, "prior_scale")
+    en = kernel_scale(msrc, conv.eval_scale, "eval_scale")
+    pn = kernel_scale(ksrc, conv.prior_scale, "prior_scale")
     sums = sharded_moment_sums(msrc, ksrc, temperature, shard=shard, block_size=block_size, eval_norm=en, prior_norm=pn)
     sums = reduce(sums)
     return float(sums[0]), float(sums[1])

@@ -20,6 +20,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .conventions import PROBE_METRICS, PROBE_SPLITS
+
 __all__ = [
     "BatchedLinearHead",
     "Standardizer",
@@ -30,7 +32,10 @@ __all__ = [
     "random_split",
     "task_accuracies",
     "task_correct_counts",
+    "task_positive_counts",
+    "task_positive_recalls",
     "task_probe_loss",
+    "task_scores",
 ]
 
 DEFAULT_QUANTILES = (0.1, 0.5, 0.9)
@@ -114,18 +119,65 @@ def task_correct_counts(logits: Tensor, labels: Tensor) -> Tensor:
     return (logits.argmax(-1) == labels).sum(-1).to(torch.float64)
 
 
-def task_accuracies(head: nn.Module, features: Tensor, labels: Tensor, *, batch_size: int = 4096) -> Tensor:
-    """Held-out accuracy of every task's probe, (T,) float64."""
+def task_positive_counts(logits: Tensor, labels: Tensor) -> Tensor:
+    """Per task (T, 2) float64: [true positives, positives] of a binary task, the positive class being 1 (argmax
+    over the two classes; a tie predicts 0, as the authors' ``logit > 0`` rule does)."""
+    positive = labels == 1
+    hits = (positive & (logits.argmax(-1) == 1)).sum(-1)
+    return torch.stack([hits, positive.sum(-1)], -1).to(torch.float64)
+
+
+def _batched_sums(head: nn.Module, features: Tensor, labels: Tensor, count, batch_size: int) -> Tensor:
+    """Σ over row batches of ``count(head(features[batch]), labels[:, batch])`` (no gradients)."""
     if features.shape[0] != labels.shape[1]:
         raise ValueError(f"{features.shape[0]} feature rows but labels for {labels.shape[1]} samples")
     if features.shape[0] == 0:
-        raise ValueError("no evaluation samples: the test split is empty")
-    correct = torch.zeros(labels.shape[0], dtype=torch.float64, device=labels.device)
+        raise ValueError("no evaluation samples: the scored split is empty")
+    total = None
     with torch.no_grad():
         for start in range(0, features.shape[0], batch_size):
             sl = slice(start, start + batch_size)
-            correct += task_correct_counts(head(features[sl]), labels[:, sl]).to(correct.device)
-    return correct / features.shape[0]
+            part = count(head(features[sl]), labels[:, sl].to(features.device)).to(labels.device)
+            total = part if total is None else total + part
+    return total
+
+
+def task_accuracies(head: nn.Module, features: Tensor, labels: Tensor, *, batch_size: int = 4096) -> Tensor:
+    """Accuracy of every task's probe on ``features``/``labels``, (T,) float64."""
+    return _batched_sums(head, features, labels, task_correct_counts, batch_size) / features.shape[0]
+
+
+def task_positive_recalls(head: nn.Module, features: Tensor, labels: Tensor, *, batch_size: int = 4096) -> Tensor:
+    """Recall of the positive class (label 1) of every binary task's probe, (T,) float64: the authors' probe score.
+
+    Defined for binary tasks only; a task without any positive sample here has no recall (0/0): a ValueError names
+    it rather than returning NaN."""
+    q = getattr(head, "num_classes", None)
+    if q != 2:
+        raise ValueError(
+            f"probe_metric='positive_recall' is the recall of class 1 of a binary task, but the probes have "
+            f"{q} classes; use task_classes=2 or probe_metric='accuracy'"
+        )
+    counts = _batched_sums(head, features, labels, task_positive_counts, batch_size)
+    empty = torch.nonzero(counts[:, 1] == 0).reshape(-1)
+    if len(empty):
+        raise ValueError(
+            f"{len(empty)} task(s) (e.g. task {int(empty[0])}) have no positive sample (label 1) in the scored split, "
+            "so their recall is undefined; use more samples, a higher sample_temperature or probe_metric='accuracy'"
+        )
+    return counts[:, 0] / counts[:, 1]
+
+
+def task_scores(
+    head: nn.Module, features: Tensor, labels: Tensor, *, metric: str = "accuracy", batch_size: int = 4096
+) -> Tensor:
+    """Every task's probe score, (T,) float64: ``metric="accuracy"`` (:func:`task_accuracies`) or
+    ``"positive_recall"`` (:func:`task_positive_recalls`, the authors' score)."""
+    if metric == "accuracy":
+        return task_accuracies(head, features, labels, batch_size=batch_size)
+    if metric == "positive_recall":
+        return task_positive_recalls(head, features, labels, batch_size=batch_size)
+    raise ValueError(f"probe_metric must be one of {PROBE_METRICS}, got {metric!r}")
 
 
 def accuracy_summary(accuracies: Tensor, quantiles: Sequence[float] = DEFAULT_QUANTILES) -> dict[str, float]:
@@ -233,18 +285,27 @@ def evaluate_task_probes(
     num_classes: int,
     *,
     standardize: bool = True,
+    metric: str = "accuracy",
+    split: str = "test",
     **fit_options,
 ) -> Tensor:
-    """Held-out accuracy (num_tasks,) of probes trained on rows ``train_index`` and tested on ``test_index``.
+    """Score (num_tasks,) of probes trained on rows ``train_index``: ``metric`` (``"accuracy"`` or the authors'
+    ``"positive_recall"``) on rows ``test_index`` (``split="test"``, held out) or on the training rows themselves
+    (``split="train"``, the authors' protocol).
 
     ``features`` (n, D) of the evaluated backbone, ``labels`` (num_tasks, n) from the Task Prior of a prior kernel
     on the same n images; ``fit_options`` go to :func:`fit_task_probes` (epochs, lr, weight_decay, batch_size,
-    seed). The same labels and split for every evaluated backbone make their accuracies comparable task by task.
+    seed). The same labels and split for every evaluated backbone make their scores comparable task by task.
     """
     check_task_labels(labels, int(num_classes), features.shape[0])
+    if split not in PROBE_SPLITS:
+        raise ValueError(f"probe_split must be one of {PROBE_SPLITS}, got {split!r}")
+    if metric not in PROBE_METRICS:
+        raise ValueError(f"probe_metric must be one of {PROBE_METRICS}, got {metric!r}")
     x_tr, x_te = features[train_index], features[test_index]
     if standardize:
         st = Standardizer.fit(x_tr)
         x_tr, x_te = st(x_tr), st(x_te)
     head = fit_task_probes(x_tr, labels[:, train_index], num_classes, **fit_options)
-    return task_accuracies(head, x_te, labels[:, test_index])
+    x, index = (x_te, test_index) if split == "test" else (x_tr, train_index)
+    return task_scores(head, x, labels[:, index], metric=metric)

@@ -25,30 +25,43 @@ import torch
 
 from ..utils.numerics import check_generator
 from ..utils.threads import torch_threads
+from .conventions import CONVENTIONS, DEFAULT_CONVENTION, FACTORS, TaskPriorConvention, resolve_convention
 from .kernels import CenteredCosine
-from .validation import SCALES, check_int, check_temperature
+from .validation import check_features, check_int, check_scale, check_temperature
 
 Tensor = torch.Tensor
 
 __all__ = ["DEFAULT_SAMPLER_SCALE", "prior_factor", "sample_task_labels", "sequential_log_prob"]
 
-#: the prefix sums grow with n, so the sampler uses K/‖K‖_F: then T means the same at any n (see the docs)
-DEFAULT_SAMPLER_SCALE = "frobenius"
-ORDERS = ("sequential", "random")
+#: the "repbench" convention's sampler scale (owned by ``conventions.py``): the prefix sums grow with n, so the
+#: sampler uses K/‖K‖_F: then T means the same at any n (see the docs)
+DEFAULT_SAMPLER_SCALE = CONVENTIONS[DEFAULT_CONVENTION].sampler_scale
 
 
-def prior_factor(prior_features: Tensor, *, scale: str = DEFAULT_SAMPLER_SCALE) -> Tensor:
-    """Z (n × D, float64) with Z Zᵀ = K/s exactly: K the centred cosine kernel, s = ‖K‖_F or 1 (``scale``)."""
-    if scale not in SCALES:
-        raise ValueError(f"scale must be one of {SCALES}, got {scale!r}")
-    cc = CenteredCosine(prior_features, name="prior_features")
-    z = cc.rows(slice(0, cc.n))
-    if scale == "frobenius":
-        norm = cc.frobenius_norm()
-        if not norm > 0:
-            raise ValueError("the prior kernel is zero (all points identical); use scale='none'")
-        z = z / norm**0.5
-    return z
+def prior_factor(prior_features: Tensor, *, scale: str = DEFAULT_SAMPLER_SCALE, kind: str = "cosine") -> Tensor:
+    """Z (n × D, float64) with Z Zᵀ = K/s exactly, s = ‖K‖_F or 1 (``scale``).
+
+    ``kind="cosine"``: Z = H X̂ (rows ℓ2-normalised, then centred), K the centred cosine kernel (the paper's kernel).
+    ``kind="raw"``: Z = H X = X − mean row (the features only centred), K the centred linear kernel (the authors'
+    sampler).
+    """
+    check_scale(scale, "scale")
+    if kind not in FACTORS:
+        raise ValueError(f"kind (the sampler factor) must be one of {FACTORS}, got {kind!r}")
+    if kind == "cosine":
+        cc = CenteredCosine(prior_features, name="prior_features")
+        z, frobenius_norm = cc.rows(slice(0, cc.n)), cc.frobenius_norm
+    else:
+        x = check_features(prior_features, "prior_features").to(torch.float64)
+        z = x - x.mean(0)
+        # ‖ZZᵀ‖_F = ‖ZᵀZ‖_F (the same nonzero eigenvalues): a D × D product, never n × n
+        frobenius_norm = lambda: float(torch.linalg.matrix_norm(z.T @ z, ord="fro"))  # noqa: E731
+    if scale == "none":
+        return z
+    norm = frobenius_norm()
+    if not norm > 0:
+        raise ValueError("the prior kernel is zero (all points identical); use scale='none'")
+    return z / norm**0.5
 
 
 def _check_factor(factor: Tensor) -> Tensor:
@@ -69,19 +82,24 @@ def _check_factor(factor: Tensor) -> Tensor:
 def sample_task_labels(
     prior_features: Tensor | None,
     num_classes: int,
-    temperature: float,
+    temperature: float | None = None,
     num_tasks: int = 1,
     *,
     generator: torch.Generator | None = None,
-    order: str = "sequential",
+    order: str | None = None,
     factor: Tensor | None = None,
-    scale: str = DEFAULT_SAMPLER_SCALE,
+    scale: str | None = None,
+    kind: str | None = None,
+    convention: str | TaskPriorConvention | None = None,
 ) -> Tensor:
     """``num_tasks`` labelings in {0, …, q−1}^n drawn by the prefix sampler (Algorithm 1): LongTensor (num_tasks, n).
 
-    ``factor``: a precomputed Z (n × r) with K ≈ Z Zᵀ (then ``prior_features`` may be None and ``scale`` is
-    ignored); default Z = ``prior_factor(prior_features, scale=scale)``. ``order="random"`` visits the points in a
-    fresh random permutation per task (the authors' code). Randomness: task t consumes the t-th consecutive run of
+    ``temperature``, ``order``, ``scale`` and ``kind`` left at None take the sampler settings of ``convention``
+    (``"repbench"``: T = 0.01 on the centred cosine K/‖K‖_F, sequential; ``"paper"``: T = 0.01 on the raw centred
+    cosine K, sequential; ``"authors"``: T = 1000 on the centred raw features, random order; ``conventions.py``); an
+    explicit value wins. ``factor``: a precomputed Z (n × r) with K ≈ Z Zᵀ (then ``prior_features`` may be None and
+    ``scale``/``kind`` are ignored); default Z = ``prior_factor(prior_features, scale=scale, kind=kind)``.
+    ``order="random"`` visits the points in a fresh random permutation per task (the authors' code). Randomness: task t consumes the t-th consecutive run of
     n·q (sequential) or n + n·q (random: permutation keys, then Gumbel noise) float64 uniforms from ``generator``,
     so ``num_tasks=k`` equals k successive calls with ``num_tasks=1`` on the same generator. Memory O(k·n·q + q·k·r).
     Any T > 0 is valid: as T → 0 a point joins the class of largest prefix score Σ_{j<i} K_ij 1[y_j = c] (ties,
@@ -89,9 +107,10 @@ def sample_task_labels(
     """
     q, k = check_int(num_classes, "num_classes", 2), check_int(num_tasks, "num_tasks", 1)
     check_generator(generator)
-    if order not in ORDERS:
-        raise ValueError(f"order must be one of {ORDERS}, got {order!r}")
-    t = check_temperature(temperature)
+    conv = resolve_convention(
+        convention, sample_temperature=temperature, order=order, sampler_scale=scale, sampler_factor=kind
+    )
+    t, order = conv.sample_temperature, conv.order
     if factor is not None:
         z = _check_factor(factor)
         if prior_features is not None and prior_features.shape[0] != z.shape[0]:
@@ -99,7 +118,7 @@ def sample_task_labels(
     elif prior_features is None:
         raise ValueError("pass prior_features (or a precomputed factor)")
     else:
-        z = prior_factor(prior_features, scale=scale)
+        z = prior_factor(prior_features, scale=conv.sampler_scale, kind=conv.sampler_factor)
     n, r = z.shape
     device = z.device
     # Per task: n permutation keys (random order only), then n·q uniforms turned into Gumbel noise; a class is

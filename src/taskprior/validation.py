@@ -73,10 +73,11 @@ def check_tensor(value: object, name: str, shape: str) -> Tensor:
     return value
 
 
-def check_temperature(temperature: float) -> float:
+def check_temperature(temperature: float, name: str = "temperature") -> float:
+    """``temperature`` as a float, finite and > 0; else a ValueError naming ``name``."""
     t = float(temperature)
     if not math.isfinite(t) or t <= 0:
-        raise ValueError(f"temperature must be a finite number > 0, got {temperature}")
+        raise ValueError(f"{name} must be a finite number > 0, got {temperature}")
     return t
 
 
