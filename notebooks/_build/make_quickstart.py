@@ -56,7 +56,7 @@ cells = [
          "fig, axes = plt.subplots(1, 2, figsize=(9, 3.2))\n"
          "steps, loss = zip(*scalars['train/loss'])\n"
          "axes[0].plot(steps, loss); axes[0].set_xlabel('step'); axes[0].set_title('train/loss')\n"
-         "for tag in ('val/acc', 'val/adv/acc_pgd5_l2_0p05'):\n"
+         "for tag in ('val/acc', 'val/adv/acc_pgd3_l2_0p05'):\n"
          "    s, v = zip(*scalars[tag])\n"
          "    axes[1].plot(range(1, len(v) + 1), v, marker='o', label=tag)\n"
          "axes[1].set_xlabel('epoch'); axes[1].set_ylim(0, 1); axes[1].legend(); axes[1].set_title('accuracy')\n"

@@ -26,9 +26,10 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from .moments import DEFAULT_EVAL_SCALE, DEFAULT_PRIOR_SCALE, task_prior_moments
+from .conventions import resolve_convention
+from .moments import task_prior_moments
 from .probing import DEFAULT_QUANTILES, accuracy_summary, evaluate_task_probes, random_split
-from .sampler import DEFAULT_SAMPLER_SCALE, sample_task_labels
+from .sampler import sample_task_labels
 
 __all__ = [
     "COLUMNS",
@@ -55,42 +56,59 @@ def compare_features(
     *,
     num_tasks: int = 32,
     task_classes: int = 2,
-    sample_temperature: float = 0.01,
-    temperature: float = 0.01,
-    order: str = "sequential",
+    convention: str | None = None,
+    sample_temperature: float | None = None,
+    temperature: float | None = None,
+    order: str | None = None,
     test_fraction: float = 0.3,
     epochs: int = 100,
     lr: float = 1e-2,
     weight_decay: float = 0.0,
-    eval_scale: str = DEFAULT_EVAL_SCALE,
-    prior_scale: str = DEFAULT_PRIOR_SCALE,
-    sampler_scale: str = DEFAULT_SAMPLER_SCALE,
+    eval_scale: str | None = None,
+    prior_scale: str | None = None,
+    sampler_scale: str | None = None,
+    probe_metric: str | None = None,
+    probe_split: str | None = None,
     quantiles: Sequence[float] = DEFAULT_QUANTILES,
     seed: int = 0,
 ) -> list[dict[str, Any]]:
     """One row per entry of ``features`` ({name: (n, D)}), all on the same n images as ``prior_features``: the same
-    sampled labelings (num_tasks, n) and the same seeded split for every backbone."""
+    sampled labelings (num_tasks, n) and the same seeded split for every backbone.
+
+    ``convention`` (``"paper"`` | ``"authors"`` | ``"repbench"``, None = ``"repbench"``) sets the kernel scales,
+    temperatures, sampler and probe score (:mod:`src.taskprior.conventions`); any of those options given explicitly
+    (not None) overrides the preset."""
+    conv = resolve_convention(
+        convention,
+        sample_temperature=sample_temperature,
+        temperature=temperature,
+        order=order,
+        eval_scale=eval_scale,
+        prior_scale=prior_scale,
+        sampler_scale=sampler_scale,
+        probe_metric=probe_metric,
+        probe_split=probe_split,
+    )
     labels = sample_task_labels(
         prior_features,
         task_classes,
-        sample_temperature,
-        num_tasks,
+        num_tasks=num_tasks,
         generator=torch.Generator().manual_seed(seed),
-        order=order,
-        scale=sampler_scale,
+        convention=conv,
     )
     train_idx, test_idx = random_split(prior_features.shape[0], test_fraction, seed=seed)
     rows = []
     for name, feats in features.items():
         if feats.shape[0] != prior_features.shape[0]:
             raise ValueError(f"{name}: {feats.shape[0]} feature rows but {prior_features.shape[0]} prior rows")
-        acc = evaluate_task_probes(feats, labels, train_idx, test_idx, task_classes, epochs=epochs, lr=lr,
-                                   weight_decay=weight_decay, seed=seed)  # fmt: skip
-        mean, var = task_prior_moments(feats, prior_features, temperature, eval_scale=eval_scale,
-                                       prior_scale=prior_scale)  # fmt: skip
+        acc = evaluate_task_probes(feats, labels, train_idx, test_idx, task_classes, metric=conv.probe_metric,
+                                   split=conv.probe_split, epochs=epochs, lr=lr, weight_decay=weight_decay,
+                                   seed=seed)  # fmt: skip
+        mean, var = task_prior_moments(feats, prior_features, convention=conv)
         rows.append(
             {
                 "backbone": name,
+                "convention": conv.name,
                 **accuracy_summary(acc, quantiles),
                 "mean": mean,
                 "var": var,

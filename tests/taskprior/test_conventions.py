@@ -272,3 +272,23 @@ def test_probe_module_resolves_and_uses_the_convention() -> None:
     assert moments["mean"] == task_prior_moments(ev, pr, 0.1, convention="authors")[0]
     with pytest.raises(ValueError, match=r"convention must be one of"):
         TaskPriorProbe(backbone=TINY, prior_backbone=TINY, convention="mine")
+
+
+def test_compare_features_takes_the_convention_and_explicit_options_win():
+    """The study's entry point (python -m src.taskprior) resolves the convention once: `repbench` equals the old
+    explicit defaults, `paper` equals its settings spelt out, and an explicit option overrides the preset (exact:
+    the same float64 operations in the same order)."""
+    from src.taskprior.report import compare_features
+
+    g = torch.Generator().manual_seed(3)
+    prior = torch.randn(24, 5, generator=g, dtype=torch.float64)
+    feats = {"a": torch.randn(24, 7, generator=g, dtype=torch.float64)}
+    common = {"num_tasks": 3, "epochs": 3}
+    old = compare_features(feats, prior, **common, sample_temperature=0.01, temperature=0.01, order="sequential",
+                           eval_scale="frobenius", prior_scale="none", sampler_scale="frobenius")  # fmt: skip
+    assert compare_features(feats, prior, **common)[0]["accuracies"] == old[0]["accuracies"]
+    assert compare_features(feats, prior, **common)[0]["mean"] == old[0]["mean"]
+    paper = compare_features(feats, prior, **common, convention="paper")[0]
+    spelt = compare_features(feats, prior, **common, eval_scale="none", sampler_scale="none")[0]
+    assert paper["convention"] == "paper" and (paper["mean"], paper["var"]) == (spelt["mean"], spelt["var"])
+    assert compare_features(feats, prior, **common, convention="paper", temperature=0.5)[0]["mean"] != paper["mean"]
