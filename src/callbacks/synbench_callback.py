@@ -84,9 +84,10 @@ class SynBenchCallback(BackboneMonitor):
         return {"input_shape": list(self.input_shape), "config": digest}
 
     # ------------------------------------------------------------------ pieces
-    def compute(self, pl_module: L.LightningModule, trainer: L.Trainer | None = None) -> dict[str, float]:
-        """Run the protocol on this rank's shard; every rank must call it (statistics are all-reduced).
-        ``trainer``: for the progress lines (rank, progress bar); None reports to the ``repbench`` logger."""
+    def compute(self, trainer: L.Trainer | None, pl_module: L.LightningModule) -> dict[str, float]:
+        """Run the protocol on this rank's shard; every rank must call it (statistics are all-reduced). The same
+        signature as every monitor's ``compute``; ``trainer`` None (outside a fit) reports progress to the
+        ``repbench`` logger and runs as one process."""
         module, fn = self._encoder(pl_module)
         cfg = self.config
         one_process = rank_and_world(trainer)[1] == 1  # with more, this rank's share is not known here
@@ -99,9 +100,6 @@ class SynBenchCallback(BackboneMonitor):
         progress.done()
         self.computations += 1
         return out
-
-    def _compute(self, trainer: L.Trainer, pl_module: L.LightningModule) -> dict[str, float]:
-        return self.compute(pl_module, trainer)
 
     def _log_figure(self, trainer: L.Trainer) -> None:
         if self.log_figure:

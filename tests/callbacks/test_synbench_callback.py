@@ -101,9 +101,9 @@ def test_modes_are_restored() -> None:
     cb = SynBenchCallback(input_size=8, config=BUDGET)
     orig = cb.compute
 
-    def spy(pl_module, *args):
+    def spy(trainer, pl_module):
         seen.append(model.backbone[1].training)
-        out = orig(pl_module, *args)
+        out = orig(trainer, pl_module)
         seen.append(model.backbone[1].training)
         return out
 
