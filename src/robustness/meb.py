@@ -1,36 +1,41 @@
-"""Exact minimum enclosing ball (MEB) of small point sets, batched.
+"""Exact minimum enclosing ball (MEB) of point sets, batched, polynomial in the number of points.
 
 Problem (Liu et al., "Robustness of Vision Foundation Models to Common Perturbations", arXiv:2604.14973, §3.3.1,
-eq. 10): ``min r s.t. ∃c: ‖p_i − c‖ ≤ r ∀i``. Its dual is the concave QP over the simplex
-``max_λ Σ λ_i ‖p_i‖² − ‖Σ λ_i p_i‖²`` (λ ≥ 0, Σλ = 1), with ``c = Σ λ_i p_i``; by KKT the support points
-(λ_i > 0) all lie at distance r from c and c lies in their affine hull, i.e. **the MEB is the circumscribed ball of
-its support set S\\*, centred in aff(S\\*)**, and |S\\*| ≤ min(n, D + 1).
+eq. 10): ``min r s.t. ∃c: ‖p_i − c‖ ≤ r ∀i``. Its dual is the concave QP over the probability simplex
 
-Algorithm (exact, no tolerances in the selection):
+    max_λ f(λ) = Σ λ_i ‖p_i‖² − ‖Σ λ_i p_i‖²   (λ ≥ 0, Σλ = 1),   centre c(λ) = Σ λ_i p_i,
 
-1. *Candidates.* For every subset S of a working set W of points, the candidate centre c_S is the circumcentre of S
-   in aff(S) (one small linear solve; a subset whose solve is singular is skipped, and an affinely dependent one
-   gets a meaningless but harmless centre). The candidate radius is ``ρ_S = max_{j ∈ W} ‖p_j − c_S‖``, which makes every candidate an
-   *enclosing* ball of W. Hence ``min_S ρ_S ≥ MEB(W)``, with equality for S = S\\*(W): the minimum over all subsets
-   is the MEB of W exactly (up to the rounding of the centre's solve), whatever the conditioning of the other
-   subsets.
-2. *Working set.* For n ≤ ``max_enumerate`` points W is all points (one enumeration, 2^n − 1 subsets). For larger n
-   it starts with a farthest-point traversal and grows: if the farthest point j lies outside MEB(W) then
-   W ← S\\*(W) ∪ {j}. MEB(S\\*(W) ∪ {j}) is strictly larger than MEB(W) = MEB(S\\*(W)) (the MEB is unique and j is
-   outside it), so no working set repeats and the loop terminates; at the end every point lies within
-   ``(1 + 1e-12)·r_W`` of c_W and the returned radius, ``max_j ‖p_j − c_W‖``, is bracketed by
-   ``r_W ≤ r* ≤ max_j ‖p_j − c_W‖ ≤ (1 + 1e-12) r_W``. Working sets are padded with duplicate points (which do not
-   change an MEB) so that the whole batch is solved with one tensor shape.
+and f(λ) = Σ λ_i ‖p_i − c(λ)‖². **Certificate (weak duality).** For every feasible λ,
+``f(λ) = min_x Σ λ_i ‖p_i − x‖² ≤ Σ λ_i ‖p_i − c*‖² ≤ r*²``, and for every centre c, ``max_j ‖p_j − c‖ ≥ r*``. So a
+feasible λ brackets the optimum: ``f(λ) ≤ r*² ≤ R(λ)² := max_j ‖p_j − c(λ)‖²``; the returned radius is R(λ) (the
+ball encloses every point) and the gap ``R² − f`` bounds its error: ``0 ≤ R − r* ≤ (R² − f) / (2R)``. The solver
+returns only once ``R² − f ≤ CERT_RTOL · R²`` for every set (by KKT this is the case exactly when the support
+points, λ_i > 0, lie on the sphere and all other points inside it).
 
-Everything after the Gram matrix is D-independent: distances are ``‖p_j − c‖² = G_jj − 2(Gλ)_j + λᵀGλ`` with G the
-Gram matrix of the centroid-centred points, in float64 (centring removes the common offset of points clustered on
-the unit sphere, so the expansion cancels at the scale of the cloud's spread, not of its norm).
+Algorithm (all sets of a batch at once, fixed shapes, float64):
+
+1. *Interior point.* A primal-dual path-following method with Mehrotra's predictor-corrector on the QP above
+   (``min λᵀGλ − dᵀλ``; one Cholesky solve of the n×n matrix 2G + diag(z/λ) per step), from the centre of the
+   simplex to a duality gap λᵀz of ``_IPM_GAP`` (~20 steps, independent of the support size).
+2. *Exact polish.* The support S = {i: λ_i > z_i} (strict complementarity) is read off and the KKT system of S —
+   equal distances to c for i ∈ S, c ∈ aff(S): ``2 G_SS λ_S + μ·1 = diag(G)_S, Σ λ_S = 1`` — is solved for the
+   correction to the interior-point λ (two steps of iterative refinement; a minimum-norm pseudo-inverse solve where
+   S is affinely dependent, e.g. the 8 vertices of a cube, whose λ is not unique).
+3. *Active set.* Sets whose polished λ is not certified (a support point misread near a tie) continue with the
+   primal active-set method on the same KKT systems: move towards the solution on S, drop a point whose weight
+   reaches 0, add the farthest point when the solution on S is feasible but does not enclose it; each step does
+   not decrease f, and the loop ends with the certificate.
+
+Everything after the Gram matrix is D-independent except the final distances, which are computed from the
+coordinates (‖q_j − c‖², not the Gram expansion). Points are centred at the set's first point (which removes the
+common offset of points clustered on the unit sphere; identical points become exact zeros, radius exactly 0).
 """
 
 from __future__ import annotations
 
-import itertools
-from functools import lru_cache
+import warnings
+from collections.abc import Callable
+from functools import partial
 
 import torch
 from torch import Tensor
@@ -40,7 +45,19 @@ from ..utils.numerics import pow2_exponent, times_pow2
 __all__ = ["minimum_enclosing_ball", "meb_radius_from_gram"]
 
 F64 = torch.float64
-_OUTSIDE_RTOL = 1e-12  # relative slack of the working-set stopping test (the bracket above)
+
+#: Certificate: R² − f(λ) ≤ CERT_RTOL·R² for every set, i.e. the returned radius exceeds the exact one by at most
+#: CERT_RTOL/2 relative (plus the rounding of the final distances, ≤ ~√(D)·u relative in practice, D·u worst case).
+CERT_RTOL = 1e-12
+#: interior-point stopping level of the duality gap λᵀz (problem scaled so that max_i G_ii = 1, hence r*² ∈ [1/4, 1]):
+#: an inactive point at squared distance r*² − δ gets z_i ≈ δ and λ_i ≈ λᵀz / δ, so S = {λ_i > z_i} is the support
+#: unless some point lies within ~1e-7 (relative, in r²) of the sphere — then the active-set step 3 fixes S.
+#: Random unit vectors in R^512 (n = 1000) put hundreds of points that close, which 1e-11 misreads; the steps from
+#: 1e-11 to 1e-14 cost ~3 more Cholesky solves.
+_IPM_GAP = 1e-14
+#: stationarity/feasibility residual level (rounding of Qλ is ~n·u ≈ 2e-13 at n = 1000; the polish removes the rest)
+_IPM_RES = 1e-12
+_IPM_MAX_STEPS = 80
 
 
 def _check_points(points: object, name: str = "points") -> Tensor:
@@ -70,161 +87,229 @@ def _check_points(points: object, name: str = "points") -> Tensor:
 SAFE_EXPONENT = 250
 
 
-def _check_limit(value: object, name: str, minimum: int) -> int:
-    """An integer option of the solver (not a bool) that is at least ``minimum``."""
+def _check_limit(value: object, name: str, minimum: int) -> None:
+    """The deprecated solver options ``max_enumerate``/``max_support``: validated, then a FutureWarning (no effect)."""
+    if value is None:
+        return
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise ValueError(
-            f"{name} must be an integer >= {minimum}, got {value!r} ({type(value).__name__}); the defaults "
-            "max_enumerate=10, max_support=14 suit every perturbation sweep"
+            f"{name} must be an integer >= {minimum}, got {value!r} ({type(value).__name__}); it is deprecated and "
+            "has no effect (the solver handles any support size): drop the argument"
         )
-    return value
+    warnings.warn(
+        f"minimum_enclosing_ball: {name} is deprecated and has no effect (the exact solver is polynomial in the "
+        "support size, with no enumeration limit); drop the argument",
+        FutureWarning,
+        stacklevel=3,
+    )
 
 
-@lru_cache(maxsize=64)
-def _subsets(w: int, k: int) -> Tensor:
-    """All k-subsets of range(w) as a (C(w, k), k) int64 tensor (cached per (w, k))."""
-    return torch.tensor(list(itertools.combinations(range(w), k)), dtype=torch.long).reshape(-1, k)
+def _chol_solve(L: Tensor, rhs: Tensor) -> Tensor:
+    """(L Lᵀ)⁻¹ rhs for a batched lower Cholesky factor L (B, n, n) and rhs (B, n, k): two triangular solves."""
+    y = torch.linalg.solve_triangular(L, rhs, upper=False)
+    return torch.linalg.solve_triangular(L.transpose(1, 2), y, upper=True)
 
 
-def _meb_of_working_set(G: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-    """Exact MEB of each of B point sets given by their Gram matrices ``G`` (B, w, w) (centred coordinates).
+def _newton_step(
+    m_inv_h: Tensor, m_one: Tensor, r_p: Tensor, r_c: Tensor, lam: Tensor, z: Tensor
+) -> tuple[Tensor, Tensor, Tensor]:
+    """(Δλ, Δz, Δν) of the interior-point Newton system, given M⁻¹h (h = −r_d + r_c/λ) and M⁻¹·1, M = Q + Z/Λ.
 
-    Returns (λ (B, w) barycentric weights of the centre, r² (B,), support mask (B, w) of the minimising subset).
+    Eliminating Δz = (r_c − zΔλ)/λ leaves M Δλ − Δν·1 = h, 1ᵀΔλ = −r_p, so Δλ = M⁻¹h + Δν M⁻¹1.
     """
-    B, w, _ = G.shape
-    diag = torch.diagonal(G, dim1=-2, dim2=-1)  # (B, w)
-    best_r2 = torch.full((B,), float("inf"), dtype=G.dtype, device=G.device)
-    best_lam = torch.zeros(B, w, dtype=G.dtype, device=G.device)
-    best_mask = torch.zeros(B, w, dtype=torch.bool, device=G.device)
-    for k in range(1, w + 1):
-        subs = _subsets(w, k).to(G.device)  # (C, k)
-        C = subs.shape[0]
-        lam = torch.zeros(B, C, w, dtype=G.dtype, device=G.device)
-        if k == 1:
-            lam[:, torch.arange(C, device=G.device), subs[:, 0]] = 1.0
-        else:
-            a0, rest = subs[:, 0], subs[:, 1:]  # anchor and the other k-1 points of each subset
-            # Inner products of the edge vectors v_a = p_a − p_anchor: A_ab = G_ab − G_a0 − G_0b + G_00.
-            g_ab = G[:, rest[:, :, None], rest[:, None, :]]  # (B, C, k-1, k-1)
-            g_a0 = G[:, rest, a0[:, None]]  # (B, C, k-1)
-            g_00 = G[:, a0, a0]  # (B, C)
-            A = g_ab - g_a0[..., :, None] - g_a0[..., None, :] + g_00[..., None, None]
-            # Circumcentre c = p_anchor + Σ β_a v_a with ‖c − p_a‖ = ‖c − p_anchor‖ ⇔ 2 A β = diag(A).
-            rhs = 0.5 * torch.diagonal(A, dim1=-2, dim2=-1)
-            # LU solve (a batched pseudo-inverse is ~10x slower on CPU). An affinely dependent subset gives a
-            # singular or ill-conditioned A and a meaningless centre; its candidate radius is then large (or
-            # non-finite, set to inf below) and loses the minimum. The minimising support S* of an MEB is affinely
-            # independent, so its own solve is regular; identical points are covered by the 1-point subsets.
-            beta, info = torch.linalg.solve_ex(A, rhs[..., None])
-            beta = beta[..., 0]  # (B, C, k-1)
-            bad = (info != 0) | ~torch.isfinite(beta).all(-1)
-            beta = torch.where(bad[..., None], torch.zeros_like(beta), beta)
-            idx = torch.arange(C, device=G.device)
-            lam[:, idx, a0] = 1.0 - beta.sum(-1)
-            lam.scatter_(2, rest.expand(B, C, k - 1), beta)
-        # squared distances of every working point to each candidate centre: G_jj − 2 (Gλ)_j + λᵀGλ
-        Gl = lam @ G  # (B, C, w)  (G symmetric)
-        lGl = (Gl * lam).sum(-1, keepdim=True)
-        d2 = (diag[:, None, :] - 2.0 * Gl + lGl).clamp_min(0.0)
-        # Selection uses an upper bound: the expansion's rounding error is ≤ ~4u(1 + ‖λ‖₁)² max_i G_ii, which is
-        # negligible for a true support (λ ≥ 0, ‖λ‖₁ = 1) but dominates for the wild centres of nearly affinely
-        # dependent subsets, whose clamped distances could otherwise look like 0.
-        slack = 8.0 * torch.finfo(G.dtype).eps * (1.0 + lam.abs().sum(-1)) ** 2 * diag.amax(-1)[:, None]
-        r2 = d2.amax(-1) + slack  # (B, C): (upper bound of) the radius² of the candidate ball enclosing all of W
-        if k > 1:
-            r2 = torch.where(bad | ~torch.isfinite(r2), torch.full_like(r2, float("inf")), r2)
-        r2_k, arg = r2.min(-1)
-        better = r2_k < best_r2
-        best_r2 = torch.where(better, r2_k, best_r2)
-        lam_k = lam[torch.arange(B, device=G.device), arg]
-        best_lam = torch.where(better[:, None], lam_k, best_lam)
-        mask_k = torch.zeros(B, w, dtype=torch.bool, device=G.device)
-        mask_k.scatter_(1, subs[arg], True)
-        best_mask = torch.where(better[:, None], mask_k, best_mask)
-    return best_lam, best_r2, best_mask
+    d_nu = (-r_p - m_inv_h.sum(-1, keepdim=True)) / m_one.sum(-1, keepdim=True)
+    d_lam = m_inv_h + d_nu * m_one
+    return d_lam, (r_c - z * d_lam) / lam, d_nu
 
 
-def _sq_dists_to(G: Tensor, lam: Tensor) -> Tensor:
-    """‖p_j − c‖² for all j, c = Σ λ_i p_i (centred Gram G (B, n, n), λ (B, n))."""
+def _max_step(x: Tensor, dx: Tensor) -> Tensor:
+    """The largest t in [0, 1] with x + t·dx >= 0 (x > 0), per set (B, 1)."""
+    ratio = torch.where(dx < 0, -x / dx, torch.full_like(x, float("inf")))
+    return ratio.amin(-1, keepdim=True).clamp(max=1.0)
+
+
+def _ipm(G: Tensor, d: Tensor) -> tuple[Tensor, Tensor]:
+    """Interior point for ``min λᵀGλ − dᵀλ`` over the simplex (G (B, n, n) PSD scaled to max d = 1): (λ, z) > 0.
+
+    Mehrotra predictor-corrector: KKT ``Qλ − d − ν·1 − z = 0`` (Q = 2G), ``1ᵀλ = 1``, ``λ∘z = 0``, λ, z >= 0.
+    """
+    B, n, _ = G.shape
+    Q = 2.0 * G
+    lam = torch.full((B, n), 1.0 / n, dtype=G.dtype, device=G.device)
+    z = torch.ones_like(lam)
+    nu = torch.zeros(B, 1, dtype=G.dtype, device=G.device)
+    eye = torch.eye(n, dtype=G.dtype, device=G.device)
+    active = torch.ones(B, dtype=torch.bool, device=G.device)
+    for _ in range(_IPM_MAX_STEPS):
+        r_d = (Q @ lam[..., None])[..., 0] - d - nu - z
+        r_p = lam.sum(-1, keepdim=True) - 1.0
+        mu = (lam * z).mean(-1, keepdim=True)
+        active &= ~((mu[:, 0] * n <= _IPM_GAP) & (r_d.abs().amax(-1) <= _IPM_RES) & (r_p[:, 0].abs() <= _IPM_RES))
+        if not bool(active.any()):
+            break
+        L, info = torch.linalg.cholesky_ex(Q + eye * (z / lam)[:, None, :])
+        active &= info == 0  # numerically singular: stop this set here (the polish and the certificate decide)
+        L = torch.where(active[:, None, None], L, eye)
+        r_c = -lam * z  # predictor (affine scaling); one solve for it and for M⁻¹·1
+        both = _chol_solve(L, torch.stack([-r_d + r_c / lam, torch.ones_like(lam)], -1))
+        m_one = both[..., 1]
+        dl, dz, _ = _newton_step(both[..., 0], m_one, r_p, r_c, lam, z)
+        a_aff = torch.minimum(_max_step(lam, dl), _max_step(z, dz))
+        sigma = (((lam + a_aff * dl) * (z + a_aff * dz)).mean(-1, keepdim=True) / mu) ** 3
+        r_c = sigma * mu - lam * z - dl * dz  # corrector
+        m_inv_h = _chol_solve(L, (-r_d + r_c / lam)[..., None])[..., 0]
+        dl, dz, dn = _newton_step(m_inv_h, m_one, r_p, r_c, lam, z)
+        alpha = 0.99 * torch.minimum(_max_step(lam, dl), _max_step(z, dz))
+        alpha = torch.where(active[:, None], alpha, torch.zeros_like(alpha))
+        lam, z, nu = lam + alpha * dl, z + alpha * dz, nu + alpha * dn
+    return lam, z
+
+
+def _solve_on_support(G: Tensor, d: Tensor, lam0: Tensor, S: Tensor) -> Tensor:
+    """λ solving the KKT system of the support mask S (B, n) (λ = 0 off S), as a correction of ``lam0``.
+
+    Rows i ∈ S: ``2 (Gλ)_i + μ = d_i``, ``Σ λ = 1``; rows i ∉ S: ``λ_i = 0``. Adding 1 to every G_ij of the S block
+    changes only μ (by 2, as Σλ = 1) and makes the block A = 2(G_SS + 11ᵀ) positive definite exactly when S is
+    affinely independent (vᵀ(G + 11ᵀ)v = ‖Σ v_i q_i‖² + (Σ v_i)²), so A is Cholesky-factored (batched LU/solve of
+    torch 2.14's CPU build returns invalid pivots for batches of n >= 200) and the border eliminated; two steps of
+    iterative refinement follow. Sets whose Cholesky fails (S affinely dependent, e.g. the 8 vertices of a cube,
+    whose λ is not unique) or whose correction is non-finite take the pseudo-inverse's minimum-norm correction.
+    """
+    B, n, _ = G.shape
+    Sf = S.to(G.dtype)
+    A = 2.0 * (G + 1.0) * Sf[:, :, None] * Sf[:, None, :] + torch.diag_embed(1.0 - Sf)
+    K = torch.zeros(B, n + 1, n + 1, dtype=G.dtype, device=G.device)
+    K[:, :n, :n] = A
+    K[:, :n, n] = Sf
+    K[:, n, :n] = Sf
+    rhs = torch.cat([d * Sf, torch.ones(B, 1, dtype=G.dtype, device=G.device)], -1)
+    x = torch.cat([lam0 * Sf, torch.zeros(B, 1, dtype=G.dtype, device=G.device)], -1)
+    x[:, n] = ((d - (A @ x[:, :n, None])[..., 0]) * Sf).sum(-1) / Sf.sum(-1).clamp_min(1.0)
+    L, info = torch.linalg.cholesky_ex(A)
+    bad = info != 0
+    L = torch.where(bad[:, None, None], torch.eye(n, dtype=G.dtype, device=G.device), L)
+    a_s = _chol_solve(L, Sf[..., None])[..., 0]  # A⁻¹s
+    pinv = None
+    for _ in range(3):  # one solve and two refinement steps (the residual is recomputed in float64)
+        res = rhs - (K @ x[..., None])[..., 0]
+        a_r = _chol_solve(L, res[:, :n, None])[..., 0]
+        m = ((Sf * a_r).sum(-1, keepdim=True) - res[:, n:]) / (Sf * a_s).sum(-1, keepdim=True)
+        delta = torch.cat([a_r - m * a_s, m], -1)
+        bad = bad | ~torch.isfinite(delta).all(-1)
+        if bool(bad.any()):
+            if pinv is None:
+                pinv = torch.linalg.pinv(K[bad])  # SVD (MKL's symmetric eigh with vectors is ~10x slower here)
+            delta = delta.clone()
+            delta[bad] = (pinv @ res[bad][..., None])[..., 0]
+        x = x + delta
+    return x[:, :n]
+
+
+def _certificate(G: Tensor, d: Tensor, lam: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """For feasible λ (B, n): (d² (B, n), R² (B,), gap R² − f (B,)) from the Gram matrix G (B, n, n), d = diag(G).
+
+    d²_j = ‖q_j − c‖² = G_jj − 2(Gλ)_j + λᵀGλ: O(n²) per set, independent of D. Rounding: G's entries carry
+    ≤ D·u·max_i G_ii (the Gram product) and the expansion adds ≤ (2n + 4)·u·max_i G_ii (λ >= 0, Σλ = 1, |G_ij| <=
+    max_i G_ii); with points centred at a point of the set, max_i G_ii <= (2r*)², so d² is off by at most
+    4(D + 2n + 4)·u·r*² (worst case; ~√(D + n)·u in practice).
+    """
     Gl = (G @ lam[..., None])[..., 0]
-    return (torch.diagonal(G, dim1=-2, dim2=-1) - 2.0 * Gl + (Gl * lam).sum(-1, keepdim=True)).clamp_min(0.0)
+    d2 = (d - 2.0 * Gl + (Gl * lam).sum(-1, keepdim=True)).clamp_min(0.0)
+    R2 = d2.amax(-1)
+    return d2, R2, R2 - (lam * d2).sum(-1)
 
 
-def meb_radius_from_gram(G: Tensor, max_enumerate: int = 10, max_support: int = 14) -> tuple[Tensor, Tensor]:
-    """Exact MEB from the Gram matrices ``G`` (B, n, n) of centred points: (λ (B, n), radius (B,)).
+def _feasible(lam: Tensor) -> Tensor:
+    """λ projected onto the simplex by dropping negative weights (tiny ones after a polish) and renormalising."""
+    lam = lam.clamp_min(0.0)
+    return lam / lam.sum(-1, keepdim=True)
 
-    ``λ`` are barycentric weights of the centre (c = Σ λ_i p_i); see the module docstring for the algorithm.
-    ``max_enumerate`` >= 1: point sets up to this size are solved by one enumeration; ``max_support`` >= 2: the
-    largest working set the iteration may need (a support of ``max_support`` − 1 points plus one outside point).
+
+def _relative_gap(cert: Callable[[Tensor], tuple[Tensor, Tensor, Tensor]], lam: Tensor) -> Tensor:
+    _, R2, gap = cert(lam)
+    return torch.where(R2 > 0, gap / R2, torch.zeros_like(R2))
+
+
+def _solve(q: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """Certified MEB of centred point sets q (B, n, D): (λ (B, n), centre (B, D), radius (B,))."""
+    B, n, _ = q.shape
+    G = q @ q.transpose(1, 2)
+    d = torch.diagonal(G, dim1=-2, dim2=-1)
+    scale = d.amax(-1)
+    scale = torch.where(scale > 0, scale, torch.ones_like(scale))  # all points identical: radius 0, any λ
+    Gs, ds = G / scale[:, None, None], d / scale[:, None]
+    cert = partial(_certificate, Gs, ds)
+    if n == 1:
+        lam = torch.ones(B, 1, dtype=q.dtype, device=q.device)
+    else:
+        lam_ipm, z = _ipm(Gs, ds)
+        polished = _feasible(_solve_on_support(Gs, ds, lam_ipm, lam_ipm > z))
+        ipm = _feasible(lam_ipm)
+        lam = torch.where((_relative_gap(cert, ipm) < _relative_gap(cert, polished))[:, None], ipm, polished)
+        lam = _active_set(Gs, ds, lam, cert, CERT_RTOL)
+    _, R2, _ = _certificate(G, d, lam)  # unscaled: the radius in the points' units
+    return lam, (lam[:, None, :] @ q)[:, 0], R2.sqrt()
+
+
+def _active_set(
+    G: Tensor, d: Tensor, lam: Tensor, cert: Callable[[Tensor], tuple[Tensor, Tensor, Tensor]], rtol: float
+) -> Tensor:
+    """Primal active-set iterations from feasible λ until every set's relative gap (``cert``) is <= ``rtol``."""
+    B, n, _ = G.shape
+    for _ in range(4 * n + 20):
+        todo = _relative_gap(cert, lam) > rtol
+        if not bool(todo.any()):
+            return lam
+        S = lam > 0
+        target = _solve_on_support(G, d, lam, S)
+        neg = S & (target < 0)
+        # blocking step: the largest t in [0, 1] keeping λ + t (target − λ) >= 0; the blocking point leaves S
+        ratio = torch.where(neg, lam / (lam - target), torch.full_like(lam, float("inf")))
+        t, block = ratio.min(-1)
+        moved = lam + t.clamp(max=1.0)[:, None] * (target - lam)
+        blocked = neg.any(-1, keepdim=True) & (torch.arange(n, device=G.device) == block[:, None])
+        moved = _feasible(torch.where(S & ~blocked, moved, torch.zeros_like(moved)))
+        # no blocking point: λ solves S; the farthest point enters S with a weight of 1e-300 (any positive one)
+        d2, _, _ = cert(moved)
+        enters = ~neg.any(-1, keepdim=True) & (torch.arange(n, device=G.device) == d2.argmax(-1, keepdim=True))
+        moved = torch.where(enters & (moved == 0), torch.full_like(moved, 1e-300), moved)
+        lam = torch.where(todo[:, None], moved, lam)
+    worst = float(_relative_gap(cert, lam).max())
+    raise RuntimeError(
+        f"minimum_enclosing_ball: the active-set iteration ended without a certificate (relative duality gap "
+        f"{worst:.1e} > {rtol:.0e}); please report this input (shape {tuple(G.shape)})"
+    )
+
+
+def meb_radius_from_gram(
+    G: Tensor, max_enumerate: int | None = None, max_support: int | None = None
+) -> tuple[Tensor, Tensor]:
+    """Deprecated entry point kept for compatibility: the certified MEB of points with Gram matrices G (B, n, n).
+
+    The points are recovered as q = V·diag(√w) from the eigendecomposition G = V diag(w) Vᵀ (rank ≤ n, exact up to
+    rounding); returns (λ (B, n) barycentric weights of the centre, radius (B,)). Prefer ``minimum_enclosing_ball``.
     """
     _check_limit(max_enumerate, "max_enumerate", 1)
     _check_limit(max_support, "max_support", 2)
-    B, n, _ = G.shape
-    if n <= max_enumerate:
-        lam, _, _ = _meb_of_working_set(G)
-        return lam, _sq_dists_to(G, lam).amax(-1).sqrt()
-    dev = G.device
-    rows = torch.arange(B, device=dev)
-    # farthest-point traversal for the initial working set of size w0
-    w = min(n, max(2, max_enumerate // 2))
-    work = torch.zeros(B, w, dtype=torch.long, device=dev)
-    diag = torch.diagonal(G, dim1=-2, dim2=-1)
-    d2 = (diag - 2.0 * G[:, :, 0] + G[:, 0, 0][:, None]).clamp_min(0.0)  # distances to point 0
-    for t in range(1, w):
-        work[:, t] = d2.argmax(-1)
-        j = work[:, t]
-        dj = (diag - 2.0 * G[rows, :, j] + G[rows, j, j][:, None]).clamp_min(0.0)
-        d2 = torch.minimum(d2, dj)
-    done = torch.zeros(B, dtype=torch.bool, device=dev)
-    lam_full = torch.zeros(B, n, dtype=G.dtype, device=dev)
-    radius = torch.zeros(B, dtype=G.dtype, device=dev)
-    for _ in range(4 * n + 4):  # every iteration strictly grows r_W; the bound is never reached in practice
-        Gw = G[rows[:, None, None], work[:, :, None], work[:, None, :]]
-        lam_w, r2_w, support = _meb_of_working_set(Gw)
-        lam = torch.zeros(B, n, dtype=G.dtype, device=dev).scatter_add_(1, work, lam_w)
-        d2_all = _sq_dists_to(G, lam)
-        far2, far = d2_all.max(-1)
-        finished = far2 <= r2_w * (1.0 + _OUTSIDE_RTOL) ** 2
-        newly = finished & ~done
-        lam_full = torch.where(newly[:, None], lam, lam_full)
-        radius = torch.where(newly, far2.sqrt(), radius)
-        done |= finished
-        if bool(done.all()):
-            return lam_full, radius
-        # W ← S*(W) ∪ {farthest}; pad with duplicates of the farthest point; grow w when a support fills W
-        n_support = support.sum(-1)
-        need = int(n_support[~done].max()) + 1
-        if need > max_support:
-            raise ValueError(
-                f"minimum_enclosing_ball: a point set has an enclosing-ball support of more than {max_support - 1} "
-                f"points (of n = {n}); the subset enumeration would need 2^{need} solves. Use fewer points per set "
-                "(e.g. a smaller m) or pass a larger max_support"
-            )
-        w_new = min(max(w, need), n)
-        new = far[:, None].expand(B, w_new).clone()
-        order = torch.argsort((~support).to(torch.int8), dim=1, stable=True)  # support positions first
-        sup_idx = torch.gather(work, 1, order)
-        keep = torch.arange(w, device=dev)[None, :] < n_support[:, None]
-        new[:, :w] = torch.where(keep, sup_idx, far[:, None])
-        # finished items keep a valid (unused) working set
-        work = torch.where(done[:, None], new[:, :1].expand(B, w_new), new)
-        w = w_new
-    raise RuntimeError("minimum_enclosing_ball: working-set iteration did not converge (please report this input)")
+    w, V = torch.linalg.eigh(G.to(F64))
+    q = V * w.clamp_min(0.0).sqrt()[:, None, :]
+    lam, _, radius = _solve(q - q[:, :1])
+    return lam, radius
 
 
-def minimum_enclosing_ball(points: Tensor, *, max_enumerate: int = 10, max_support: int = 14) -> tuple[Tensor, Tensor]:
+def minimum_enclosing_ball(
+    points: Tensor, *, max_enumerate: int | None = None, max_support: int | None = None
+) -> tuple[Tensor, Tensor]:
     """Exact minimum enclosing ball of each point set: ``points`` (..., n, D) -> (centre (..., D), radius (...)).
 
     Solved in float64 (results are returned in the input's floating dtype, float64 for integer input), on each set
     divided by the power of two 2^e of its largest |coordinate| (exact) and scaled back, so finite float64 input at
     any scale (1e-200 or 1e200, where squared distances would under/overflow) gets its exact ball. One point
     gives its own ball of radius 0; identical or duplicated points are fine (radius 0 when all coincide, never NaN).
-    Cost: one Gram matrix (O(n²D)) plus an enumeration over the subsets of a working set of at most
-    ``max_enumerate`` points (2^w − 1 tiny solves per set; the default 10 keeps it ~1k); larger n use the
-    working-set iteration of the module docstring, which grows beyond ``max_enumerate`` only if the MEB's support
-    itself is larger; a support of more than ``max_support − 1`` points (e.g. more than ~13 points spread
-    isotropically in a high dimension, never the case for perturbation sweeps, whose supports have a few points)
-    raises a ValueError rather than running for hours.
+    Any number of points and any support size (e.g. all 64 vertices of a regular simplex in R^1024): cost one Gram
+    matrix (O(n²D)), ~25 batched n×n Cholesky solves and one certificate pass (O(nD)); the returned ball encloses
+    every point and its radius exceeds the exact one by at most ``CERT_RTOL``/2 = 5e-13 relative (duality-gap
+    certificate, module docstring). ``max_enumerate`` and ``max_support`` are deprecated no-ops (FutureWarning).
     """
     points = _check_points(points)
     _check_limit(max_enumerate, "max_enumerate", 1)
@@ -239,10 +324,9 @@ def minimum_enclosing_ball(points: Tensor, *, max_enumerate: int = 10, max_suppo
         p = times_pow2(p, -e)
     else:
         e = torch.zeros_like(e)
-    mean = p.mean(1, keepdim=True)
-    q = p - mean
-    G = q @ q.transpose(1, 2)
-    lam, radius = meb_radius_from_gram(G, max_enumerate=max_enumerate, max_support=max_support)
-    center = times_pow2((lam[:, None, :] @ q)[:, 0] + mean[:, 0], e[:, 0])
+    anchor = p[:, :1]
+    q = p - anchor
+    _, center, radius = _solve(q)
+    center = times_pow2(center + anchor[:, 0], e[:, 0])
     radius = times_pow2(radius, e[:, 0, 0])  # e = 0 (factors 1) on the fast path
     return center.reshape(*batch, D).to(out_dtype), radius.reshape(batch).to(out_dtype)
