@@ -131,3 +131,16 @@ def test_kkt_check_rejects_a_wrong_centre() -> None:
     r_lo, r_up = kkt_lower_bound(p.numpy(), c.numpy() + 1e-6)
     assert r_up - r_lo > 1e-9 * r_up
     assert np.isfinite(r_lo)
+
+
+def test_gram_entry_point_matches_the_points_entry_point() -> None:
+    """meb_radius_from_gram (kept for compatibility) recovers points from G = QQᵀ by eigh: same radius."""
+    from src.robustness.meb import meb_radius_from_gram
+
+    q = torch.randn(3, 12, 40, generator=torch.Generator().manual_seed(4), dtype=F64)
+    q = q - q.mean(1, keepdim=True)
+    lam, r = meb_radius_from_gram(q @ q.transpose(1, 2))
+    _, r_ref = minimum_enclosing_ball(q)
+    # eigh is backward stable: q'q'ᵀ = G + E with ‖E‖ ~ n·u·‖G‖ (no eigenvalue gap involved; negative rounding
+    # eigenvalues clamped to 0 are of that size too), so r² moves by ~n²·u·max G_ii ≈ 3e-14 r²; 1e-10 is generous
+    assert torch.allclose(r, r_ref, rtol=1e-10, atol=0) and torch.allclose(lam.sum(-1), torch.ones(3, dtype=F64))
