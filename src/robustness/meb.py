@@ -23,9 +23,10 @@ Algorithm (all sets of a batch at once, fixed shapes, float64):
    correction to the interior-point λ (two steps of iterative refinement; a minimum-norm pseudo-inverse solve where
    S is affinely dependent, e.g. the 8 vertices of a cube, whose λ is not unique).
 3. *Active set.* Sets whose polished λ is not certified (a support point misread near a tie) continue with the
-   primal active-set method on the same KKT systems: move towards the solution on S, drop a point whose weight
-   reaches 0, add the farthest point when the solution on S is feasible but does not enclose it; each step does
-   not decrease f, and the loop ends with the certificate.
+   primal active-set method on the same KKT systems: move towards the solution on S (along a null ray of f when S
+   is affinely dependent), drop a point whose weight reaches 0, add the farthest point when the solution on S is
+   feasible but does not enclose it; each step does not decrease f, and the loop ends with the certificate (or, after
+   4n + 20 steps, a RuntimeError asking for the input: never a silent uncertified ball).
 
 Everything after the Gram matrix (and the centre c = Σ λ_i q_i) is D-independent: distances are the expansion
 ‖q_j − c‖² = G_jj − 2(Gλ)_j + λᵀGλ (rounding bound in :func:`_certificate`). Points are centred at the set's first
@@ -269,6 +270,35 @@ def _solve(q: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     return lam, (lam[:, None, :] @ q)[:, 0], R2.sqrt()
 
 
+def _ascent_ray(G: Tensor, d: Tensor, lam: Tensor, S: Tensor, target: Tensor) -> Tensor:
+    """``target`` where S is affinely independent; elsewhere a point beyond the first zero weight along a null ray.
+
+    For affinely dependent S the KKT system of S has no solution unless S is co-spherical (f is linear along the
+    null directions v of G + 11ᵀ on S: Σ v_i = 0, Σ v_i q_i = 0, slope vᵀ(d − 2Gλ)). The ray λ + t·v with the
+    non-negative slope does not decrease f and, as Σ v_i = 0, meets a zero weight; the returned point lies at twice
+    that distance, so the caller's blocking step stops at the zero and drops that point.
+    """
+    B, n, _ = G.shape
+    Sf = S.to(G.dtype)
+    mask = Sf[:, :, None] * Sf[:, None, :]
+    # off S a diagonal above the S block's largest eigenvalue (<= 2n, as |G_ij| <= 1): the smallest one lives on S
+    M = (G + 1.0) * mask + torch.diag_embed((1.0 - Sf) * (2.0 * n + 1.0))
+    L, info = torch.linalg.cholesky_ex(M)
+    # numerically dependent too: a pivot L_ii² below 1e-10 of the largest (rounding alone leaves ~n·u ≈ 1e-14 on an
+    # exactly dependent S; the KKT solve of such an S would amplify rounding by > 1e10 anyway)
+    pivots = torch.diagonal(L, dim1=-2, dim2=-1).square()
+    dep = (info != 0) | ~(pivots.amin(-1) > 1e-10 * pivots.amax(-1))
+    if not bool(dep.any()):
+        return target
+    v = torch.linalg.svd(M[dep])[2][:, -1, :] * Sf[dep]  # right singular vector of the smallest singular value
+    slope = (v * (d[dep] - 2.0 * (G[dep] @ lam[dep][..., None])[..., 0])).sum(-1, keepdim=True)
+    v = torch.where(slope < 0, -v, v)
+    t = torch.where(v < 0, lam[dep] / -v, torch.full_like(v, float("inf"))).amin(-1, keepdim=True)
+    target = target.clone()
+    target[dep] = lam[dep] + 2.0 * t * v
+    return target
+
+
 def _active_set(
     G: Tensor, d: Tensor, lam: Tensor, cert: Callable[[Tensor], tuple[Tensor, Tensor, Tensor]], rtol: float
 ) -> Tensor:
@@ -279,7 +309,7 @@ def _active_set(
         if not bool(todo.any()):
             return lam
         S = lam > 0
-        target = _solve_on_support(G, d, lam, S)
+        target = _ascent_ray(G, d, lam, S, _solve_on_support(G, d, lam, S))
         neg = S & (target < 0)
         # blocking step: the largest t in [0, 1] keeping λ + t (target − λ) >= 0; the blocking point leaves S
         ratio = torch.where(neg, lam / (lam - target), torch.full_like(lam, float("inf")))

@@ -144,3 +144,21 @@ def test_gram_entry_point_matches_the_points_entry_point() -> None:
     # eigh is backward stable: q'q'ᵀ = G + E with ‖E‖ ~ n·u·‖G‖ (no eigenvalue gap involved; negative rounding
     # eigenvalues clamped to 0 are of that size too), so r² moves by ~n²·u·max G_ii ≈ 3e-14 r²; 1e-10 is generous
     assert torch.allclose(r, r_ref, rtol=1e-10, atol=0) and torch.allclose(lam.sum(-1), torch.ones(3, dtype=F64))
+
+
+def test_active_set_step_alone_reaches_the_certificate() -> None:
+    """Step 3 (active set) from the worst start, uniform weights on all points (most must leave the support, and
+    it must add points back), ends certified at Welzl's radius; normally it only repairs a misread support."""
+    from src.robustness.meb import _active_set, _certificate
+
+    p = torch.randn(3, 25, 3, generator=torch.Generator().manual_seed(5), dtype=F64)
+    q = p - p[:, :1]
+    G = q @ q.transpose(1, 2)
+    d = torch.diagonal(G, dim1=-2, dim2=-1)
+    cert = lambda lam: _certificate(G, d, lam)  # noqa: E731
+    lam = _active_set(G, d, torch.full((3, 25), 1 / 25, dtype=F64), cert, CERT_RTOL)
+    _, R2, gap = cert(lam)
+    assert bool((gap <= CERT_RTOL * R2).all()) and bool((lam >= 0).all())
+    for i in range(3):
+        _, r_ref, _ = welzl_meb(p[i].numpy(), seed=i)
+        assert abs(float(R2[i].sqrt()) - r_ref) <= (radius_rtol(25, 3) + 1e-12) * r_ref  # Welzl's slack 1e-12
