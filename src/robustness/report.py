@@ -23,10 +23,31 @@ from ..features import FeatureExtractor
 from .downstream import fit_line, fit_linear_probe, open_clip_zero_shot, regression_mse
 from .protocol import SweepOutput, robustness_sweep
 
-__all__ = ["RobustnessReport", "robustness_report", "check_split_sizes", "digits_split"]
+__all__ = ["RobustnessReport", "drop_correlations", "robustness_report", "check_split_sizes", "digits_split"]
 
 F64 = torch.float64
 FAMILIES = (("divergence_radius", "r_dr", "R_dr"), ("cosine_robustness", "r_cs", "R_cs"))
+
+
+def _pearson(x: Sequence[float], y: Sequence[float]) -> float | None:
+    """Pearson's r, or None (undefined) with fewer than 3 values or a constant column."""
+    a, b = torch.tensor(list(x), dtype=F64), torch.tensor(list(y), dtype=F64)
+    if a.numel() < 3:
+        return None
+    a, b = a - a.mean(), b - b.mean()
+    den = float(a.norm() * b.norm())
+    return float(a @ b) / den if den > 0 else None
+
+
+def drop_correlations(rows: Sequence[dict[str, Any]], clean_accuracy: float) -> dict[str, float | None]:
+    """The paper's Table 7 statistic: across perturbations, Pearson's r between each perturbation's mean R_dr (and
+    mean R_cs) and its accuracy drop ACC − mean ACC_p. None where undefined (fewer than 3 perturbations, or a
+    constant column)."""
+    drops = [clean_accuracy - r["mean_acc_p"] for r in rows]
+    return {
+        "pearson_r_dr_vs_drop": _pearson([r["mean_r_dr"] for r in rows], drops),
+        "pearson_r_cs_vs_drop": _pearson([r["mean_r_cs"] for r in rows], drops),
+    }
 
 
 @dataclass
@@ -52,7 +73,13 @@ class RobustnessReport:
             f"{r['mse_r_dr']:.4f} | {r['mse_r_cs']:.4f} | {r['mse_constant']:.4f} |"
             for r in self.rows
         ]
-        return head + "\n".join(lines) + "\n"
+        corr = drop_correlations(self.rows, self.clean_accuracy)
+        fmt = {k: "n/a" if v is None else f"{v:.2f}" for k, v in corr.items()}
+        tail = (
+            f"\nAcross the perturbations, mean R_dr / mean R_cs vs the accuracy drop ACC − mean ACC_p (Table 7): "
+            f"Pearson {fmt['pearson_r_dr_vs_drop']} / {fmt['pearson_r_cs_vs_drop']}.\n"
+        )
+        return head + "\n".join(lines) + "\n" + tail
 
     def figures(self) -> dict[str, Any]:
         import matplotlib.pyplot as plt
@@ -98,6 +125,7 @@ class RobustnessReport:
             "clean_accuracy": self.clean_accuracy,
             "parameters": {k: v.tolist() for k, v in self.sweep.parameters.items()},
             "rows": self.rows,
+            "drop_correlations": drop_correlations(self.rows, self.clean_accuracy),
         }
 
     def write(self, out_dir: str | Path) -> Path:

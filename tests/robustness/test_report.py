@@ -41,3 +41,21 @@ def test_config_defaults_are_the_papers() -> None:
     with initialize_config_dir(str(ROOT / "configs"), version_base="1.3"):
         cfg = compose("robustness.yaml", overrides=["paths.output_dir=."])
     assert cfg.m == 5 and cfg.mode == "equal" and list(cfg.templates) == ["a photo of a {c}."]
+
+
+def test_table7_drop_correlation_equals_numpy_and_is_undefined_below_three():
+    """Pearson's r across perturbations between mean R_dr / R_cs and ACC − mean ACC_p, against numpy's corrcoef
+    (float64; the two differ by rounding only: |Δ| <= 1e-12 for 4 values of order 1)."""
+    import numpy as np
+
+    from src.robustness.report import drop_correlations
+
+    rows = [
+        {"mean_r_dr": a, "mean_r_cs": b, "mean_acc_p": c}
+        for a, b, c in ((0.2, 0.05, 0.9), (0.4, 0.1, 0.7), (0.6, 0.3, 0.65), (0.5, 0.2, 0.8))
+    ]
+    got = drop_correlations(rows, clean_accuracy=0.95)
+    drops = [0.95 - r["mean_acc_p"] for r in rows]
+    for key, col in (("pearson_r_dr_vs_drop", "mean_r_dr"), ("pearson_r_cs_vs_drop", "mean_r_cs")):
+        assert abs(got[key] - np.corrcoef([r[col] for r in rows], drops)[0, 1]) <= 1e-12
+    assert drop_correlations(rows[:2], 0.95) == {"pearson_r_dr_vs_drop": None, "pearson_r_cs_vs_drop": None}
