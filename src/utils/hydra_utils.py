@@ -31,12 +31,14 @@ def _overrides_part(override_dirname: str) -> str:
 
 
 def run_name(override_dirname: str = "") -> str:
-    """A run folder name: ``<YYYY-mm-dd_HH-MM-SS>_<4 random hex>[_<overrides>]``.
+    """A run folder name: ``<YYYY-mm-dd_HH-MM-SS>_<6 random hex>[_<overrides>]``.
 
-    The random part keeps two runs started in the same second (job arrays, parallel launches) in two folders; the
+    The random part keeps two runs started in the same second (job arrays, parallel launches, also on several hosts
+    sharing one file system) in two folders: two such runs collide with probability 2^-24 (6e-8), and a collision
+    that still happens is refused by the run-folder lock while the first run lives (``src.utils.run_dir``); the
     overrides part says what the run changed. Registered as the OmegaConf resolver ``repbench_run_name`` with
     caching, so every job of one multirun shares its sweep folder (Hydra copies the master config's cache)."""
-    stamp = f"{datetime.now():%Y-%m-%d_%H-%M-%S}_{secrets.token_hex(2)}"
+    stamp = f"{datetime.now():%Y-%m-%d_%H-%M-%S}_{secrets.token_hex(3)}"
     part = _overrides_part(override_dirname)
     return f"{stamp}_{part}" if part else stamp
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -33,16 +34,24 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 # ---------------------------------------------------------------- Q02 / Q01: one run, one folder
-def test_q02_run_names_differ_within_one_second_and_say_the_overrides():
-    names = {run_name("model.epsilon-0.25_seed-1") for _ in range(50)}
-    assert len(names) == 50  # 4 random hex digits: 50 draws collide with probability < 50^2 / 2 / 65536 = 0.02;
-    # within one second they differ anyway only through that part, so check the structure as well
+def test_q02_run_names_differ_within_one_second_and_say_the_overrides(monkeypatch):
+    """Within one second two names differ only through the random part: check it is there, comes from `secrets`
+    (6 hex digits: two same-second runs collide with probability 2^-24) and that the overrides follow it."""
+    import itertools
+
+    from src.utils import hydra_utils
+
+    draws = itertools.count()
+    monkeypatch.setattr(hydra_utils.secrets, "token_hex", lambda n: f"{next(draws):0{2 * n}x}")
+    names = [run_name("model.epsilon-0.25_seed-1") for _ in range(3)]
+    assert [n.split("_")[2] for n in names] == ["000000", "000001", "000002"]
+    monkeypatch.undo()
     name = run_name("model.epsilon-0.25_seed-1")
-    assert name.endswith("_model.epsilon-0.25_seed-1")
+    assert re.fullmatch(r"\d{4}-\d\d-\d\d_\d\d-\d\d-\d\d_[0-9a-f]{6}_model\.epsilon-0\.25_seed-1", name), name
     assert "=" not in run_name("a/b='x y'") and "/" not in run_name("a/b='x y'")
     assert job_name(3, "") == "3" and job_name(3, "lr-1") == "3_lr-1"
     long = run_name("x" * 500)
-    assert len(long) < 140 and long != run_name("x" * 499)[: len(long)]
+    assert len(long) < 140 and long.split("_", 3)[3] != run_name("x" * 499).split("_", 3)[3]
 
 
 def test_q02_a_second_live_run_into_one_folder_is_refused(tmp_path):
