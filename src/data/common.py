@@ -35,6 +35,8 @@ import torch
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset, Sampler
 
+from ..utils.numerics import mix_seed
+
 __all__ = [
     "IndexedDataset",
     "ResumableDataLoader",
@@ -63,12 +65,6 @@ class IndexedDataset(Dataset):
         return x, y, index
 
 
-def _mix_seed(*values: int) -> int:
-    """A well-mixed 63-bit seed from integers (so that (seed, epoch) and (seed + 1, epoch - 1) differ)."""
-    entropy = [int(v) & 0xFFFFFFFFFFFFFFFF for v in values]
-    return int(np.random.SeedSequence(entropy).generate_state(1, np.uint64)[0]) >> 1
-
-
 class SeededRandomSampler(Sampler[int]):
     """A random permutation of ``range(n)`` that depends only on ``(seed, epoch)``; call ``set_epoch`` each epoch.
 
@@ -93,7 +89,7 @@ class SeededRandomSampler(Sampler[int]):
 
     def permutation(self, epoch: int | None = None) -> list[int]:
         """The full order of ``epoch`` (default: the current one)."""
-        g = torch.Generator().manual_seed(_mix_seed(self.seed, self.epoch if epoch is None else epoch))
+        g = torch.Generator().manual_seed(mix_seed(self.seed, self.epoch if epoch is None else epoch))
         return torch.randperm(self.n, generator=g).tolist()
 
     def __iter__(self) -> Iterator[int]:
@@ -193,7 +189,7 @@ def stratified_split(
     if f.ndim != 1 or len(f) < 1 or (f < 0).any() or abs(float(f.sum()) - 1.0) > 1e-6:
         raise ValueError(f"fractions must be >= 0 and sum to 1, got {list(fractions)}")
     n = len(y)
-    g = torch.Generator().manual_seed(_mix_seed(seed, 0x5EED))
+    g = torch.Generator().manual_seed(mix_seed(seed, 0x5EED))
     order = []
     for cls in np.unique(y):
         members = np.flatnonzero(y == cls)

@@ -13,8 +13,9 @@ import torch
 from torch import Tensor
 from torch.utils.data import TensorDataset
 
+from ..utils.numerics import mix_seed
 from ..utils.photos import PHOTO_NAMES, load_photo, random_crops
-from .common import IndexedDataset, SplitsDataModule, _mix_seed
+from .common import IndexedDataset, SplitsDataModule
 
 __all__ = ["PHOTO_NAMES", "PhotosDataModule", "load_photo", "random_crops"]
 
@@ -85,7 +86,7 @@ class PhotosDataModule(SplitsDataModule):
                 ("test", self.test_photos, self.num_test),
             )
         ):
-            g = torch.Generator().manual_seed(_mix_seed(self.seed, k))
+            g = torch.Generator().manual_seed(mix_seed(self.seed, k))
             imgs = [load_photo(p) for p in names]
             x, src = random_crops(imgs, n, self.image_size, self.min_scale, g)
             label = torch.tensor([self.photos.index(names[int(i)]) for i in src], dtype=torch.long)

@@ -20,13 +20,13 @@ import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-import numpy as np
 import torch
 from torch import Tensor
 
 from ..features import as_extractor
 from ..perturbations import PERTURBATIONS, parameter_grid, perturb
 from ..utils.distributed import Reduce, Shard, no_reduce
+from ..utils.numerics import mix_seed
 from .metrics import cosine_robustness, divergence_radius
 
 __all__ = [
@@ -40,10 +40,6 @@ __all__ = [
 F64 = torch.float64
 
 
-def _mix(*values: int) -> int:
-    return int(np.random.SeedSequence([int(v) & 0xFFFFFFFF for v in values]).generate_state(1, np.uint64)[0] >> 1)
-
-
 def _name_key(name: str) -> int:
     return zlib.crc32(name.encode())
 
@@ -53,7 +49,7 @@ def sweep_parameters(names: Sequence[str], m: int, mode: str = "equal", seed: in
     (seed, perturbation name), shared by all images of the sweep."""
     out = {}
     for name in names:
-        g = torch.Generator().manual_seed(_mix(seed, _name_key(name))) if mode == "random" else None
+        g = torch.Generator().manual_seed(mix_seed(seed, _name_key(name))) if mode == "random" else None
         out[name] = parameter_grid(name, m, mode=mode, generator=g)
     return out
 
@@ -142,7 +138,7 @@ def robustness_sweep(
         if device is not None:
             x = x.to(device)
         n = x.shape[0]
-        g = torch.Generator().manual_seed(_mix(seed, c))
+        g = torch.Generator().manual_seed(mix_seed(seed, c))
         z_clean = _finite(extract(x), "the clean images", n)
         y = labels[sl].to(z_clean.device) if labels is not None else None
         sets, acc = [], []

@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-__all__ = ["check_generator", "pow2_exponent", "times_pow2"]
+__all__ = ["check_generator", "mix_seed", "pow2_exponent", "times_pow2"]
 
 
 def pow2_exponent(x: Tensor, dim: int | tuple[int, ...]) -> Tensor:
@@ -39,3 +39,14 @@ def check_generator(generator: object, name: str = "generator") -> torch.Generat
             "use torch.Generator().manual_seed(seed)"
         )
     return generator
+
+
+def mix_seed(*values: int) -> int:
+    """A well-mixed 63-bit seed from integers (numpy's SeedSequence over their 64-bit two's-complement words), so
+    that e.g. (seed, epoch) and (seed + 1, epoch − 1) give unrelated streams. The one seed mixer of the data
+    modules and the DivergenceRadius sweep (SynBench's keyed chunk seeds, :func:`src.synbench.sampling.chunk_seed`,
+    keep their own published reduction so that its scores do not move)."""
+    import numpy as np
+
+    entropy = [int(v) & 0xFFFFFFFFFFFFFFFF for v in values]
+    return int(np.random.SeedSequence(entropy).generate_state(1, np.uint64)[0]) >> 1
