@@ -11,6 +11,7 @@ without chunks, so no rank count can deadlock). Logs ``val/synbench/score`` (ε 
 
 from __future__ import annotations
 
+import copy
 import hashlib
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -20,7 +21,6 @@ from torch import Tensor
 
 from ..metrics.synbench_score import synbench_distributed
 from ..synbench import SynBenchConfig
-from ..synbench.defaults import yaml_defaults
 from ..synbench.plan import check_input_shape, check_normalization_shape
 from ..utils.modes import eval_mode
 from ._monitor import BackboneMonitor, rank_and_world, weights_fingerprint
@@ -28,9 +28,22 @@ from ._monitor import BackboneMonitor, rank_and_world, weights_fingerprint
 __all__ = ["SynBenchCallback", "callback_budget", "weights_fingerprint"]  # fingerprint: re-exported
 
 
+# The callback's CPU-sized protocol; configs/callbacks/synbench.yaml repeats it for the CLI (tests/test_defaults.py
+# checks the two are equal). Code defaults live in code: nothing reads YAML at run time.
+CALLBACK_BUDGET: dict[str, Any] = {
+    "s_values": [0.5, 1.0, 1.5, 2.0, 3.0, 4.0],
+    "n_train": 2048,
+    "n_test": 512,
+    "eps": [0.0, 0.2, 0.4, 0.6, 0.8],
+    "a_T": [0.7],
+    "eig_tol_mode": "relative",  # a monitor must not stop a run whose features shrink (the official absolute cut-off
+    # refuses once it would drop > 1 % of the feature variance)
+}
+
+
 def callback_budget() -> dict[str, Any]:
-    """The default protocol of the callback: the ``config`` block of configs/callbacks/synbench.yaml (one place)."""
-    return yaml_defaults("callbacks/synbench.yaml", "synbench", "config")
+    """A copy of :data:`CALLBACK_BUDGET`, the callback's default protocol (the ``config`` block of its YAML equals it)."""
+    return copy.deepcopy(CALLBACK_BUDGET)
 
 
 class SynBenchCallback(BackboneMonitor):

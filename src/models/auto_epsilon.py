@@ -8,6 +8,7 @@ same number (ViT-B/16: the score peaks at 0.2, and 0.2-robust probing gives the 
 
 from __future__ import annotations
 
+import copy
 import logging
 from collections.abc import Mapping
 from typing import Any
@@ -16,7 +17,6 @@ import lightning as L
 
 from ..metrics.synbench_score import synbench_distributed
 from ..synbench import SynBenchConfig
-from ..synbench.defaults import yaml_defaults
 from ..utils.modes import eval_mode
 
 __all__ = ["auto_epsilon_defaults", "select_epsilon"]
@@ -24,10 +24,22 @@ __all__ = ["auto_epsilon_defaults", "select_epsilon"]
 log = logging.getLogger("repbench")
 
 
+# epsilon=auto's defaults: ``input_size``, ``scale`` and SynBenchConfig fields; the ``auto_epsilon`` block of
+# configs/model/robust_probe.yaml repeats them (tests/test_defaults.py checks they are equal).
+AUTO_EPSILON_DEFAULTS: dict[str, Any] = {
+    "input_size": 64,
+    "scale": 1.0,  # probe epsilon = scale x argmax SynBench epsilon (the paper uses the number as is)
+    "s_values": [0.5, 1.0, 1.5, 2.0, 3.0, 4.0],
+    "n_train": 2048,
+    "n_test": 512,
+    "eps": [0.0, 0.2, 0.4, 0.6, 0.8],
+    "a_T": [0.7],
+}
+
+
 def auto_epsilon_defaults() -> dict[str, Any]:
-    """The ``auto_epsilon`` block of configs/model/robust_probe.yaml (the one place its defaults live):
-    ``input_size``, ``scale`` and SynBenchConfig fields."""
-    return yaml_defaults("model/robust_probe.yaml", "auto_epsilon")
+    """A copy of :data:`AUTO_EPSILON_DEFAULTS`."""
+    return copy.deepcopy(AUTO_EPSILON_DEFAULTS)
 
 
 def select_epsilon(module: L.LightningModule, options: Mapping[str, Any] | None = None) -> float:

@@ -12,8 +12,10 @@ from callbacks import SynBenchCallback
 from src.callbacks.synbench_callback import callback_budget, weights_fingerprint
 from src.metrics.synbench_score import scores_of
 from src.synbench import SynBenchConfig, synbench
-from src.synbench.defaults import CONFIGS
+from src.utils.resources import config_dir
 from tests._lightning import quiet_trainer
+
+CONFIGS = config_dir()
 
 BUDGET = dict(
     s_values=(0.5, 1.0, 2.0, 3.0),

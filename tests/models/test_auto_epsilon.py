@@ -65,7 +65,9 @@ def test_defaults_are_the_yaml_block() -> None:
     from omegaconf import OmegaConf
 
     from src.models.auto_epsilon import auto_epsilon_defaults
-    from src.synbench.defaults import CONFIGS
+    from src.utils.resources import config_dir
+
+    CONFIGS = config_dir()
 
     yaml = OmegaConf.to_container(OmegaConf.load(CONFIGS / "model" / "robust_probe.yaml"))["auto_epsilon"]
     assert auto_epsilon_defaults() == yaml

@@ -13,9 +13,11 @@ from omegaconf import OmegaConf
 from src.synbench import SynBenchConfig, synbench
 from src.synbench.__main__ import protocol_fields
 from src.synbench.bayes import evaluate_representation, retained_eig
-from src.synbench.defaults import CONFIGS
 from src.synbench.score import synbench_score
 from src.synbench.theory import reference_curve
+from src.utils.resources import config_dir
+
+CONFIGS = config_dir()
 
 SHAPE = (1, 4, 4)
 SMALL = dict(s_values=(0.5, 1.0, 2.0), n_train=400, n_test=400, normalization="none", a_T=(0.7,), eps=(0.0, 0.4))
