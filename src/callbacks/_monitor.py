@@ -19,7 +19,6 @@ checked by :func:`pixel_images`; nothing is clamped silently.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import math
 import time
@@ -30,6 +29,7 @@ import lightning as L
 import torch
 from torch import Tensor, nn
 
+from ..backbones.weights import state_fingerprint
 from ..features.owner import owner_module
 
 __all__ = [
@@ -64,12 +64,9 @@ _ROUNDING = 1e-6
 
 
 def weights_fingerprint(module: nn.Module) -> str:
-    """A digest of every parameter and buffer (exact change detection, no copy of the weights kept)."""
-    h = hashlib.blake2b(digest_size=16)
-    for name, t in list(module.named_parameters()) + list(module.named_buffers()):
-        h.update(name.encode())
-        h.update(t.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")
-    return h.hexdigest()
+    """A digest of every parameter and buffer (exact change detection, no copy of the weights kept): the one weights
+    fingerprint of the project, :func:`~src.backbones.weights.state_fingerprint`, over parameters and all buffers."""
+    return state_fingerprint({**dict(module.named_parameters()), **dict(module.named_buffers())})
 
 
 def _image_of(item: Any) -> Any:
