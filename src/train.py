@@ -104,8 +104,6 @@ def _exception_checkpoint(trainer: L.Trainer) -> Any:
 
 def _loads(path: str | Path) -> bool:
     """True when ``path`` is a checkpoint ``torch.load(weights_only=True)`` can read (not a truncated file)."""
-    from .utils.checkpoint import read_checkpoint
-
     try:
         read_checkpoint(path)
     except Exception:

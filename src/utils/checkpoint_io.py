@@ -24,7 +24,7 @@ from typing import Any
 import torch
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
-__all__ = ["AtomicCheckpointIO", "atomic_write_bytes", "remove_partial_files"]
+__all__ = ["AtomicCheckpointIO", "atomic_write_bytes"]
 
 _TMP_SUFFIX = ".tmp"
 
@@ -58,17 +58,6 @@ def atomic_write_bytes(data: bytes, path: str | os.PathLike) -> None:
             os.close(fd)
     except OSError:
         pass
-
-
-def remove_partial_files(directory: str | os.PathLike) -> list[Path]:
-    """Delete temporary files a killed process left in ``directory`` (``.<name>.<pid>.<hex>.tmp``); returns them."""
-    removed = []
-    folder = Path(directory)
-    if folder.is_dir():
-        for p in folder.glob(f".*{_TMP_SUFFIX}"):
-            p.unlink(missing_ok=True)
-            removed.append(p)
-    return removed
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):
