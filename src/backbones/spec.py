@@ -10,7 +10,11 @@ from typing import Any
 from .base import Backbone
 from .registry import create_backbone
 
-__all__ = ["backbone_spec", "build_backbone", "plain"]
+__all__ = ["BackboneLike", "backbone_labels", "backbone_list", "backbone_spec", "build_backbone", "plain", "spec_name"]
+
+#: what every entry point accepts for a backbone: a Backbone, a registry name, or ``{name: ..., **create_options}``
+BackboneLike = Backbone | str | Mapping[str, Any]
+LIST_FIX = "write backbones as a list of names or {name: ..., **options}, e.g. [embedded:efficientnet_lite0, {name: timm:resnet10t, pretrained: false}]"
 
 
 def build_backbone(spec: Backbone | str | Mapping[str, Any]) -> Backbone:
@@ -54,3 +58,48 @@ def plain(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [plain(v) for v in value]
     return value
+
+
+def backbone_list(value: Any, key: str = "backbones") -> list[Backbone | dict[str, Any]]:
+    """The one backbone-list vocabulary of every CLI and ``compare_backbones``: a non-empty list whose entries are
+    registry names (``"embedded:efficientnet_lite0"``), mappings ``{name: ..., **create_backbone options}`` or Backbone
+    objects. Returns Backbones as given and every other entry as a plain ``{name, **opts}`` dict; a ValueError naming
+    ``key`` and the entry otherwise (a bare string is refused: it would be read as a list of characters)."""
+    if isinstance(value, (str, Mapping)) or not isinstance(value, (list, tuple)) or not value:
+        raise ValueError(f"{key} must be a non-empty list of backbones, got {value!r}; {LIST_FIX}")
+    out: list[Backbone | dict[str, Any]] = []
+    for i, entry in enumerate(value):
+        if isinstance(entry, Backbone):
+            out.append(entry)
+        elif isinstance(entry, str) and entry:
+            out.append({"name": entry})
+        elif isinstance(entry, Mapping) and isinstance(entry.get("name"), str) and entry["name"]:
+            out.append(plain(entry))
+        else:
+            raise ValueError(
+                f"{key}[{i}] must be a backbone name or {{name: ..., **options}}, got {entry!r}; {LIST_FIX}"
+            )
+    return out
+
+
+def spec_name(spec: BackboneLike) -> str:
+    """The registry name of a Backbone, a name or a ``{name, **opts}`` mapping."""
+    if isinstance(spec, Backbone):
+        return spec.name
+    return spec if isinstance(spec, str) else str(spec["name"])
+
+
+def backbone_labels(specs: list[BackboneLike]) -> list[str]:
+    """One distinct label per entry of a backbone list: its name, or where two entries share a name, the name with
+    the options that tell them apart (``timm:resnet10t[pretrained=False]``); a ValueError for exact duplicates."""
+    names = [spec_name(s) for s in specs]
+    labels = []
+    for spec, name in zip(specs, names):
+        opts = {k: v for k, v in spec.items() if k != "name"} if isinstance(spec, Mapping) else {}
+        if names.count(name) > 1 and opts:
+            name = name + "[" + ",".join(f"{k}={v}" for k, v in sorted(opts.items())) + "]"
+        labels.append(name)
+    dupes = sorted({lab for lab in labels if labels.count(lab) > 1})
+    if dupes:
+        raise ValueError(f"backbones lists {dupes} more than once with the same options; list each backbone once")
+    return labels
