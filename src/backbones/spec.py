@@ -4,7 +4,7 @@ every layer above (metrics, cores' reports, callbacks, LightningModules) imports
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .base import Backbone
@@ -65,7 +65,7 @@ def backbone_list(value: Any, key: str = "backbones") -> list[Backbone | dict[st
     registry names (``"embedded:efficientnet_lite0"``), mappings ``{name: ..., **create_backbone options}`` or Backbone
     objects. Returns Backbones as given and every other entry as a plain ``{name, **opts}`` dict; a ValueError naming
     ``key`` and the entry otherwise (a bare string is refused: it would be read as a list of characters)."""
-    if isinstance(value, (str, Mapping)) or not isinstance(value, (list, tuple)) or not value:
+    if isinstance(value, (str, bytes, Mapping)) or not isinstance(value, Sequence) or not value:
         raise ValueError(f"{key} must be a non-empty list of backbones, got {value!r}; {LIST_FIX}")
     out: list[Backbone | dict[str, Any]] = []
     for i, entry in enumerate(value):
