@@ -41,13 +41,14 @@ cells = [
     md("## Figure 3: E(a_t) curves of the embedded EfficientNet-Lite backbones\n"
        "`compare_backbones` runs `synbench()` (Algorithm 1) on each backbone. Reduced budget here: 32×32 synthetic "
        "images, 4 values of s, 1536 training + 256 test samples per s (more samples than the 1280 feature dimensions)."),
-    code("from src.synbench.compare import compare_backbones, comparison_figures, comparison_markdown\n"
+    code("from src.synbench.compare import compare_backbones\n"
          "budget = dict(s_values=[1.0, 2.0, 3.0, 4.9], n_train=1536, n_test=256, a_T=[0.7], "
          "eps=[0.0, 0.2, 0.4, 0.6, 0.8])\n"
-         "results = compare_backbones(['embedded:efficientnet_lite0', 'embedded:efficientnet_lite1', "
+         "report = compare_backbones(['embedded:efficientnet_lite0', 'embedded:efficientnet_lite1', "
          "'embedded:efficientnet_lite2'], budget, input_size=32)\n"
-         "print(comparison_markdown(results))"),
-    code("figs = comparison_figures(results)\nfigs['curves.png']"),
+         "results = report.results  # {backbone: SynBenchResult}\n"
+         "print(report.markdown)"),
+    code("figs = report.figures()\nfigs['curves.png']"),
     code("figs['score_vs_eps.png']"),
     code("res = results['embedded:efficientnet_lite0']\n"
          "for e in res.eps:\n    assert 0.0 <= res.score(e) <= 1.0 + 1e-9\n"

@@ -10,7 +10,16 @@ from typing import Any
 from .base import Backbone
 from .registry import create_backbone
 
-__all__ = ["BackboneLike", "backbone_labels", "backbone_list", "backbone_spec", "build_backbone", "plain", "spec_name"]
+__all__ = [
+    "BackboneLike",
+    "backbone_labels",
+    "backbone_list",
+    "check_buildable",
+    "backbone_spec",
+    "build_backbone",
+    "plain",
+    "spec_name",
+]
 
 #: what every entry point accepts for a backbone: a Backbone, a registry name, or ``{name: ..., **create_options}``
 BackboneLike = Backbone | str | Mapping[str, Any]
@@ -103,3 +112,16 @@ def backbone_labels(specs: list[BackboneLike]) -> list[str]:
     if dupes:
         raise ValueError(f"backbones lists {dupes} more than once with the same options; list each backbone once")
     return labels
+
+
+def check_buildable(specs: Sequence[BackboneLike]) -> None:
+    """Build every backbone of a list once on the CPU and drop it, so that a missing weight file, an unknown name or
+    a wrong option fails before a long comparison starts rather than after the first backbones have run (costs one
+    construction per backbone: seconds, against minutes to hours of protocol). Runs under ``torch.random.fork_rng``:
+    random-weight backbones built afterwards get the same initial weights as without this check."""
+    import torch
+
+    with torch.random.fork_rng(devices=[]):
+        for spec in specs:
+            if not isinstance(spec, Backbone):
+                build_backbone(spec)

@@ -1,14 +1,13 @@
 """``python -m src.synbench``: compare backbones by SynBench-Score (Hydra config ``configs/synbench.yaml``).
 
-Writes to the run directory: ``scores.md`` (Markdown, one table per a_T: backbones x ε), ``scores.csv``,
-``results.json`` (every SynBenchResult, re-loadable with ``SynBenchResult.from_dict``), ``curves.png`` (E(a_t)
-at ε = 0 for every backbone with the reference, the paper's Fig. 3) and ``score_vs_eps.png``.
+Writes to the run directory (:class:`~src.utils.report_writer.Report`, as every method's CLI): ``synbench.md``
+(Markdown, one table per a_T: backbones x ε), ``synbench.csv`` (backbone, eps, a_T, score), ``synbench.json`` (every
+SynBenchResult, re-loadable with ``SynBenchResult.from_dict``), ``curves.png`` (E(a_t) at ε = 0 for every backbone
+with the reference, the paper's Fig. 3) and ``score_vs_eps.png``.
 """
 
 from __future__ import annotations
 
-import csv
-import json
 import logging
 import time
 from typing import Any
@@ -19,7 +18,7 @@ from omegaconf import DictConfig, OmegaConf
 from ..utils.allocator import keep_freed_memory
 from ..utils.hydra_utils import register_resolvers  # noqa: F401  (configs/hydra resolvers)
 from ..utils.resources import config_dir
-from .compare import INPUT_SIZE_FIX, compare_backbones, comparison_figures, comparison_markdown
+from .compare import INPUT_SIZE_FIX, compare_backbones
 from .config import SynBenchConfig
 
 log = logging.getLogger("repbench")
@@ -36,39 +35,31 @@ def protocol_fields(cfg: DictConfig) -> tuple[dict[str, Any], int | None]:
 def run(cfg: DictConfig) -> str:
     """The comparison of a composed synbench.yaml; returns the Markdown table. The protocol, ``input_size`` and the
     output directory are checked before any backbone is built."""
+    from ..backbones.spec import backbone_labels, backbone_list
     from ..utils.digits import check_image_size
     from ..utils.run_dir import OUTPUT_DIR_FIX, check_writable_dir
 
     fields, input_size = protocol_fields(cfg)
-    SynBenchConfig(**fields)  # every protocol field checked now, not after the first backbone
+    config = SynBenchConfig(**fields)  # every protocol field checked now, not after the first backbone
+    backbones = backbone_list(OmegaConf.to_container(cfg.backbones, resolve=True) if cfg.backbones else None)
+    backbone_labels(backbones)  # duplicates refused before any work
     if cfg.input_size is not None:  # null = each backbone's native size; checked under full=true too (a typo)
         check_image_size(cfg.input_size, "input_size", INPUT_SIZE_FIX)
     out = check_writable_dir(cfg.paths.output_dir, OUTPUT_DIR_FIX)
     keep_freed_memory()  # reuse freed activation memory (docs/speed.md)
     t0 = time.perf_counter()
-    results = compare_backbones(
-        list(cfg.backbones),
-        fields,
+    report = compare_backbones(
+        backbones,
+        config,
         input_size=input_size,
+        extractor=dict(OmegaConf.to_container(cfg.get("extractor") or {}, resolve=True)),
         device=cfg.device,
         progress=bool(cfg.progress),
-        backbone_opts=dict(cfg.backbone_opts or {}),
-        extractor=dict(OmegaConf.to_container(cfg.get("extractor") or {}, resolve=True)),
     )
-    md = comparison_markdown(results)
-    (out / "scores.md").write_text(md)
-    with open(out / "scores.csv", "w", newline="") as f:
-        writer = csv.writer(f)
-        writer.writerow(["backbone", "eps", "a_T", "score"])
-        for name, res in results.items():
-            for row in res.table():
-                writer.writerow([name, row["eps"], row["a_T"], f"{row['score']:.6f}"])
-    (out / "results.json").write_text(json.dumps({k: v.to_dict() for k, v in results.items()}, indent=1))
-    for fname, fig in comparison_figures(results).items():
-        fig.savefig(out / fname, dpi=120, bbox_inches="tight")
+    report.write(out)
     # once: Hydra's job logging shows it on the console and keeps it in the run's log file
-    log.info("SynBench comparison (%.0f s):\n%s\nwritten to %s", time.perf_counter() - t0, md, out)
-    return md
+    log.info("SynBench comparison (%.0f s):\n%s\nwritten to %s", time.perf_counter() - t0, report.markdown, out)
+    return report.markdown
 
 
 @hydra.main(version_base="1.3", config_path=str(config_dir()), config_name="synbench.yaml")

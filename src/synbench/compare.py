@@ -1,51 +1,98 @@
-"""Comparing backbones with SynBench: run, tabulate (Markdown), plot (E(a_t) curves, score vs ε)."""
+"""Comparing backbones with SynBench: run, tabulate (Markdown), plot (E(a_t) curves, score vs ε) — one
+:class:`~src.utils.report_writer.Report` (``synbench.{md,csv,json}``, ``curves.png``, ``score_vs_eps.png``), the shape
+every method's ``compare_backbones`` returns."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import logging
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from ..backbones.spec import BackboneLike, backbone_labels, backbone_list, build_backbone, check_buildable
+from ..utils.report_writer import Report
 from .config import SynBenchConfig
 from .runner import SynBenchResult, synbench
 
-__all__ = ["INPUT_SIZE_FIX", "compare_backbones", "comparison_markdown", "comparison_figures"]
+__all__ = ["INPUT_SIZE_FIX", "compare_backbones", "comparison_markdown", "comparison_figures", "comparison_report"]
 
 INPUT_SIZE_FIX = "set input_size=null for each backbone's native size, or a size such as 64"
+log = logging.getLogger("repbench")
+
+
+def as_config(config: SynBenchConfig | Mapping[str, Any] | None) -> SynBenchConfig:
+    """``config`` as a SynBenchConfig (a mapping holds its fields; None = the official defaults)."""
+    if config is None or isinstance(config, SynBenchConfig):
+        return config or SynBenchConfig()
+    if not isinstance(config, Mapping):
+        raise TypeError(f"config must be a SynBenchConfig or a mapping of its fields, got {type(config).__name__}")
+    return SynBenchConfig(**dict(config))
+
+
+def progress_lines(progress: bool | Callable[[str], None]) -> Callable[[str], None] | None:
+    """A ``progress=`` argument as a line sink: True → the ``repbench`` logger, a callable as is, False → None."""
+    if callable(progress):
+        return progress
+    return log.info if progress else None
 
 
 def compare_backbones(
-    names: Sequence[str],
-    fields: Mapping[str, Any] | None = None,
+    backbones: Sequence[BackboneLike],
+    config: SynBenchConfig | Mapping[str, Any] | None = None,
     *,
     input_size: int | None = None,
-    device: Any = "cpu",
-    progress: bool = False,
-    backbone_opts: Mapping[str, Any] | None = None,
     extractor: Mapping[str, Any] | None = None,
-) -> dict[str, SynBenchResult]:
-    """SynBench of every backbone (``create_backbone`` names) under one protocol ``SynBenchConfig(**fields)``.
+    device: Any = "cpu",
+    progress: bool | Callable[[str], None] = False,
+) -> Report:
+    """SynBench (Algorithm 1) of every backbone under one protocol ``config`` → a Report (``method="synbench"``,
+    ``results``: {label: SynBenchResult}).
 
-    ``input_size`` None uses each backbone's native input size (the official protocol), else an integer >= 1 (a
-    ValueError names ``input_size`` otherwise, before any backbone is built); ``extractor``: options of
-    :class:`src.features.FeatureExtractor`.
+    ``backbones``: names or ``{name: ..., **create_backbone options}`` (:func:`~src.backbones.spec.backbone_list`);
+    ``input_size`` None uses each backbone's native input size (the official protocol), else an integer >= 1;
+    ``extractor``: options of :class:`src.features.FeatureExtractor`; ``progress``: True shows a progress bar and logs
+    one line per backbone, a callable receives those lines. Every argument is checked before any backbone is built.
     """
-    from ..backbones import create_backbone
     from ..utils.digits import check_image_size
 
     if input_size is not None:
         input_size = check_image_size(input_size, "input_size", INPUT_SIZE_FIX)
-    if isinstance(names, str) or not names:
-        raise ValueError(f"backbones must be a non-empty list of backbone names, got {names!r}")
-    cfg = SynBenchConfig(**dict(fields or {}))
+    specs = backbone_list(backbones)
+    labels = backbone_labels(specs)
+    cfg = as_config(config)
+    say = progress_lines(progress)
+    check_buildable(specs)  # a missing weight file fails now, not after the first backbones ran
     results: dict[str, SynBenchResult] = {}
-    for name in names:
-        bb = create_backbone(name, **dict(backbone_opts or {})).eval().to(device)
+    for label, spec in zip(labels, specs):
+        bb = build_backbone(spec).eval().to(device)
         size = bb.input_size[-1] if input_size is None else input_size
-        results[name] = synbench(
-            bb.embed, input_shape=(3, size, size), config=cfg, device=device, progress=progress, extractor=extractor
-        )
+        results[label] = synbench(
+            bb.embed, input_shape=(3, size, size), config=cfg, device=device, progress=progress is True,
+            extractor=extractor,
+        )  # fmt: skip
+        if say:
+            t = results[label].timings.get("total_s", float("nan"))
+            say(
+                f"SynBench {label} at {size} px: score {results[label].score(cfg.eps[0]):.3f} at ε={cfg.eps[0]:g} ({t:.0f} s)"
+            )
         del bb
-    return results
+    return comparison_report(results)
+
+
+def comparison_report(results: Mapping[str, SynBenchResult]) -> Report:
+    """The Report of SynBench results {label: result}: rows (backbone, eps, a_T, score), the Markdown tables, the
+    JSON payload {label: ``SynBenchResult.to_dict()``} (re-loadable with ``SynBenchResult.from_dict``), figures."""
+    if not results:
+        raise ValueError("no SynBench results to report")
+    rows = [{"backbone": name, **row} for name, res in results.items() for row in res.table()]
+    return Report(
+        method="synbench",
+        rows=rows,
+        markdown=comparison_markdown(results),
+        data={name: res.to_dict() for name, res in results.items()},
+        results=dict(results),
+        figures=lambda: comparison_figures(results),
+        columns=("backbone", "eps", "a_T", "score"),
+    )
 
 
 def comparison_markdown(results: Mapping[str, SynBenchResult]) -> str:

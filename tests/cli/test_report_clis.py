@@ -35,10 +35,11 @@ def no_backbone(monkeypatch):
         raise AssertionError("a backbone was built: the bad setting was not refused first")
 
     monkeypatch.setattr("src.backbones.create_backbone", refuse)
+    monkeypatch.setattr("src.backbones.spec.create_backbone", refuse)  # build_backbone: every CLI's one builder
     monkeypatch.setattr("src.models.base.build_backbone", refuse)
 
 
-SYNBENCH = ["backbones=[timm:test_efficientnet]", "+backbone_opts.pretrained=false", "progress=false"]
+SYNBENCH = ["backbones=[{name:timm:test_efficientnet,pretrained:false}]", "progress=false"]
 SYNBENCH_TINY = SYNBENCH + [
     "input_size=16",
     "reduced.s_values=[1.0,3.0]",
@@ -65,7 +66,7 @@ def test_sc04_synbench_input_size_zero_is_refused(tmp_path, no_backbone) -> None
     cfg = compose_cfg("synbench.yaml", SYNBENCH + ["input_size=0"], tmp_path)
     with pytest.raises(ValueError, match=r"input_size must be an integer >= 1 .*got 0; set input_size=null for each"):
         _run("synbench")(cfg)
-    assert not (tmp_path / "scores.md").exists()
+    assert not (tmp_path / "synbench.md").exists()
     with pytest.raises(ValueError, match="input_size must be an integer >= 1"):
         compare_backbones(["timm:test_efficientnet"], input_size=0)  # the library call too, before building
 
@@ -73,8 +74,10 @@ def test_sc04_synbench_input_size_zero_is_refused(tmp_path, no_backbone) -> None
 def test_sc04_synbench_input_size_null_means_native(tmp_path, monkeypatch) -> None:
     seen = []
     monkeypatch.setattr("src.synbench.compare.synbench", lambda fn, input_shape, **kw: seen.append(input_shape))
-    compare_backbones(["timm:test_efficientnet"], {"n_train": 8}, input_size=None, backbone_opts={"pretrained": False})
-    compare_backbones(["timm:test_efficientnet"], {"n_train": 8}, input_size=24, backbone_opts={"pretrained": False})
+    monkeypatch.setattr("src.synbench.compare.comparison_report", lambda results: results)  # no real results here
+    tiny = [{"name": "timm:test_efficientnet", "pretrained": False}]
+    compare_backbones(tiny, {"n_train": 8}, input_size=None)
+    compare_backbones(tiny, {"n_train": 8}, input_size=24)
     assert seen == [(3, 160, 160), (3, 24, 24)]  # timm's test_efficientnet is native 160 px
 
 

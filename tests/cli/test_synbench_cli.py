@@ -21,8 +21,7 @@ def test_cli_compares_backbones(tmp_path) -> None:
         sys.executable,
         "-m",
         "src.synbench",
-        "backbones=[timm:test_efficientnet,timm:test_vit]",
-        "+backbone_opts.pretrained=false",
+        "backbones=[{name:timm:test_efficientnet,pretrained:false},{name:timm:test_vit,pretrained:false}]",
         "input_size=16",
         "progress=false",
         "reduced.s_values=[1.0,3.0]",
@@ -41,11 +40,11 @@ def test_cli_compares_backbones(tmp_path) -> None:
         env={"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin", "MPLBACKEND": "Agg"},
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    md = (tmp_path / "scores.md").read_text()
+    md = (tmp_path / "synbench.md").read_text()
     assert "timm:test_vit" in md and "a_T = 0.6" in md and "a_T = 0.7" in md
-    rows = list(csv.DictReader(open(tmp_path / "scores.csv")))
+    rows = list(csv.DictReader(open(tmp_path / "synbench.csv")))
     assert len(rows) == 2 * 2 * 2 and {r["backbone"] for r in rows} == {"timm:test_efficientnet", "timm:test_vit"}
-    results = {k: SynBenchResult.from_dict(v) for k, v in json.loads((tmp_path / "results.json").read_text()).items()}
+    results = {k: SynBenchResult.from_dict(v) for k, v in json.loads((tmp_path / "synbench.json").read_text()).items()}
     for r in rows:
         assert float(r["score"]) == pytest.approx(
             results[r["backbone"]].score(float(r["eps"]), float(r["a_T"])), abs=1e-6
