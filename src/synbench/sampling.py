@@ -23,6 +23,8 @@ import numpy as np
 import torch
 from scipy.linalg import LinAlgError, cho_solve_banded, cholesky_banded
 
+from ..utils.numerics import seed_word
+
 Tensor = torch.Tensor
 SPLITS = {"train": 0, "test": 1}
 
@@ -37,11 +39,11 @@ def channel_layout(input_shape: Sequence[int]) -> tuple[int, int]:
 
 
 def chunk_seed(seed: int, s: float, split: str, chunk: int) -> int:
-    """63-bit seed of one chunk, a hash of (seed, s, split, chunk) by numpy's SeedSequence."""
+    """63-bit seed of one chunk: the low 63 bits of :func:`~src.utils.numerics.seed_word` (the project's one seed
+    hash) of (seed, round(s · 10⁶), split, chunk)."""
     if seed < 0 or s < 0:
         raise ValueError("seed and s must be >= 0")
-    key = [int(seed), int(round(s * 1e6)), SPLITS[split], int(chunk)]
-    return int(np.random.SeedSequence(key).generate_state(1, np.uint64)[0] & np.uint64((1 << 63) - 1))
+    return seed_word(int(seed), int(round(s * 1e6)), SPLITS[split], int(chunk)) & ((1 << 63) - 1)
 
 
 def banded_cholesky(band: Sequence[float], n: int) -> Tensor:

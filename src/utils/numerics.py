@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-__all__ = ["check_generator", "mix_seed", "pow2_exponent", "times_pow2"]
+__all__ = ["check_generator", "mix_seed", "seed_word", "pow2_exponent", "times_pow2"]
 
 
 def pow2_exponent(x: Tensor, dim: int | tuple[int, ...]) -> Tensor:
@@ -41,12 +41,19 @@ def check_generator(generator: object, name: str = "generator") -> torch.Generat
     return generator
 
 
-def mix_seed(*values: int) -> int:
-    """A well-mixed 63-bit seed from integers (numpy's SeedSequence over their 64-bit two's-complement words), so
-    that e.g. (seed, epoch) and (seed + 1, epoch − 1) give unrelated streams. The one seed mixer of the data
-    modules and the DivergenceRadius sweep (SynBench's keyed chunk seeds, :func:`src.synbench.sampling.chunk_seed`,
-    keep their own published reduction so that its scores do not move)."""
+def seed_word(*values: int) -> int:
+    """The one seed hash of RepBench: numpy's SeedSequence over the integers' 64-bit two's-complement words → one
+    uniformly mixed 64-bit word. Every seed of the project derives from it (:func:`mix_seed`; SynBench's chunk keys,
+    :func:`src.synbench.sampling.chunk_seed`)."""
     import numpy as np
 
     entropy = [int(v) & 0xFFFFFFFFFFFFFFFF for v in values]
-    return int(np.random.SeedSequence(entropy).generate_state(1, np.uint64)[0]) >> 1
+    return int(np.random.SeedSequence(entropy).generate_state(1, np.uint64)[0])
+
+
+def mix_seed(*values: int) -> int:
+    """A well-mixed 63-bit seed from integers (:func:`seed_word` shifted right by one), so that e.g. (seed, epoch) and
+    (seed + 1, epoch − 1) give unrelated streams. The seed mixer of the data modules and the DivergenceRadius sweep.
+    SynBench's chunk keys take the low 63 bits of the same word instead — the reduction its published scores were
+    measured with (the counter-based generator planned for the GPU path will replace both at once)."""
+    return seed_word(*values) >> 1

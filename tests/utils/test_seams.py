@@ -74,3 +74,18 @@ def test_one_seed_mixer_keeps_the_streams_it_replaced():
             assert mix_seed(a, b) == old32(a, b)
     assert mix_seed(2**32, 5) != mix_seed(0, 5)  # no aliasing of large seeds any more
     assert 0 <= mix_seed(-1, 2**70) < 2**63
+
+
+def test_one_seed_hash_behind_mix_seed_and_synbench_chunk_keys() -> None:
+    """Both seed derivations are reductions of the one hash (utils.numerics.seed_word); SynBench's chunk keys keep
+    their published values (a hard-coded known value of the SeedSequence formula they were measured with)."""
+    import numpy as np
+
+    from src.synbench.sampling import chunk_seed
+    from src.utils.numerics import mix_seed, seed_word
+
+    key = (12, 2_500_000, 1, 7)  # seed 12, s = 2.5, split "test", chunk 7
+    word = int(np.random.SeedSequence(list(key)).generate_state(1, np.uint64)[0])
+    assert seed_word(*key) == word
+    assert chunk_seed(12, 2.5, "test", 7) == word & (2**63 - 1)
+    assert mix_seed(*key) == word >> 1
