@@ -7,7 +7,8 @@ Fixed additional parameters follow ImageNet-C (Hendrycks & Dietterich, arXiv:190
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import numbers
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
@@ -24,7 +25,12 @@ from .weather import fog, frost
 __all__ = [
     "PerturbationSpec",
     "PERTURBATIONS",
+    "SAMPLING_MODES",
     "SEVERITY_LEVELS",
+    "check_m",
+    "check_mode",
+    "check_perturbable_images",
+    "check_perturbation_names",
     "perturb",
     "parameter_grid",
     "sample_parameters",
@@ -131,24 +137,79 @@ PERTURBATIONS: MappingProxyType[str, PerturbationSpec] = MappingProxyType(
 )  # fmt: skip
 
 
+#: how the m parameters of a perturbation are chosen: equally spaced over the domain (the paper's), or uniform draws
+SAMPLING_MODES = ("equal", "random")
+
+
+def _unknown(names: Iterable[object]) -> str:
+    """The one wording of unknown perturbation names: which ones, and the known list."""
+    return f"unknown perturbation(s) {list(names)}; known: {', '.join(PERTURBATIONS)}"
+
+
 def _get(name: str) -> PerturbationSpec:
     if not isinstance(name, str) or name not in PERTURBATIONS:
-        raise ValueError(f"unknown perturbation {name!r}; known: {', '.join(PERTURBATIONS)}")
+        raise ValueError(_unknown([name]))
     return PERTURBATIONS[name]
 
 
-def _check_images(x: Tensor) -> None:
+def check_perturbation_names(names: str | Iterable[str] | None, key: str = "perturbations") -> tuple[str, ...]:
+    """The one validator of a list of perturbation names: ``None`` = all nine of Table 8 (registry order); a single
+    name stands for a list of one; else a non-empty list of distinct known names, returned as a tuple in the given
+    order. A ValueError naming ``key``, the offending names and the known list otherwise."""
+    if names is None:
+        return tuple(PERTURBATIONS)
+    want = f"{key} must be a non-empty list of distinct perturbation names (or null / None for all nine of Table 8)"
+    if isinstance(names, str):
+        names = (names,)
+    if isinstance(names, (bytes, Mapping)) or not isinstance(names, Iterable):
+        raise ValueError(f"{want}, got {names!r} ({type(names).__name__}); known: {', '.join(PERTURBATIONS)}")
+    out = tuple(names)
+    if not out:
+        raise ValueError(f"{want}, got an empty list; known: {', '.join(PERTURBATIONS)}")
+    unknown = [n for n in out if not isinstance(n, str) or n not in PERTURBATIONS]
+    if unknown:
+        raise ValueError(f"{want}: {_unknown(unknown)}")
+    repeated = sorted({n for n in out if out.count(n) > 1})
+    if repeated:
+        raise ValueError(f"{want}, got {list(out)}: {repeated} listed more than once; list each perturbation once")
+    return out
+
+
+def check_m(m: object, key: str = "m") -> int:
+    """``m``, the number of perturbed versions per image and perturbation (parameters of its grid), as an int >= 1;
+    else a ValueError naming ``key``."""
+    if isinstance(m, bool) or not isinstance(m, numbers.Integral) or m < 1:
+        raise ValueError(
+            f"{key} must be a positive integer (perturbed versions per image and perturbation), got {m!r} "
+            f"({type(m).__name__}); set {key} to an integer >= 1"
+        )
+    return int(m)
+
+
+def check_mode(mode: object, key: str = "mode") -> str:
+    """``mode``, how the m parameters are chosen: one of :data:`SAMPLING_MODES`; else a ValueError naming ``key``."""
+    if not isinstance(mode, str) or mode not in SAMPLING_MODES:
+        raise ValueError(
+            f"{key} must be 'equal' or 'random' ('equal': m equally spaced parameters, the paper's; 'random': m "
+            f"uniform draws), got {mode!r}"
+        )
+    return mode
+
+
+def check_perturbable_images(x: object, name: str = "images") -> None:
+    """What ``perturb`` accepts: a float tensor (N, 3, H, W), H and W >= MIN_SIZE, finite pixels in [0, 1] (not a
+    meta tensor); else a TypeError / ValueError naming ``name`` and the fix."""
     if not isinstance(x, Tensor):
-        raise TypeError(f"images must be a torch.Tensor (N, 3, H, W) in [0, 1], got {type(x).__name__}")
+        raise TypeError(f"{name} must be a torch.Tensor (N, 3, H, W) in [0, 1], got {type(x).__name__}")
     if not x.is_floating_point():
-        raise TypeError(f"images must be a float tensor in [0, 1], got dtype {x.dtype}; convert uint8 with x / 255")
+        raise TypeError(f"{name} must be a float tensor in [0, 1], got dtype {x.dtype}; convert uint8 with x / 255")
     if x.ndim != 4 or x.shape[1] != 3:
-        raise ValueError(f"images must have shape (N, 3, H, W), got {tuple(x.shape)}")
+        raise ValueError(f"{name} must have shape (N, 3, H, W), got {tuple(x.shape)}")
     if min(x.shape[2:]) < MIN_SIZE:
-        raise ValueError(f"images must be at least {MIN_SIZE}x{MIN_SIZE} px, got {x.shape[2]}x{x.shape[3]}")
+        raise ValueError(f"{name} must be at least {MIN_SIZE}x{MIN_SIZE} px, got {x.shape[2]}x{x.shape[3]}")
     if x.is_meta:
         raise ValueError(
-            "images are a meta tensor (shape only, no pixel values), which cannot be perturbed; pass real images "
+            f"{name} are a meta tensor (shape only, no pixel values), which cannot be perturbed; pass real images "
             "(e.g. materialise them with torch.empty_like(x, device='cpu') and fill them)"
         )
     if x.numel() == 0:
@@ -157,7 +218,7 @@ def _check_images(x: Tensor) -> None:
     lo, hi = float(lo), float(hi)
     if not (lo >= 0.0 and hi <= 1.0):  # also catches NaN
         raise ValueError(
-            f"images must be finite and in [0, 1] pixel space, got values in [{lo}, {hi}]; "
+            f"{name} must be finite and in [0, 1] pixel space, got values in [{lo}, {hi}]; "
             "pass unnormalized images (normalization happens inside the backbone)"
         )
 
@@ -250,7 +311,7 @@ def perturb(
     if severity is not None:
         k = severity_parameter(name, severity)
     check_generator(generator)
-    _check_images(x)
+    check_perturbable_images(x)
     kt = _check_k(spec, k, x.shape[0])
     if x.shape[0] == 0:
         return x.detach().clone()
@@ -270,16 +331,13 @@ def parameter_grid(name: str, m: int, mode: str = "equal", generator: torch.Gene
     (Equally spaced vs random sampling: Liu et al., arXiv:2604.14973, §4 and Fig. 3.)
     """
     spec = _get(name)
-    if isinstance(m, bool) or not isinstance(m, int) or m < 1:
-        raise ValueError(f"m must be a positive integer, got {m!r}")
+    m, mode = check_m(m), check_mode(mode)
     a, b = spec.domain
     if mode == "equal":
         if m == 1:
             return torch.tensor([(a + b) / 2], dtype=torch.float64)
         return torch.linspace(a, b, m, dtype=torch.float64)
-    if mode == "random":
-        return sample_parameters(name, m, generator).sort().values
-    raise ValueError(f"mode must be 'equal' or 'random', got {mode!r}")
+    return sample_parameters(name, m, generator).sort().values
 
 
 def sample_parameters(name: str, n: int, generator: torch.Generator | None = None) -> Tensor:
