@@ -2,7 +2,7 @@
 
 Layers, lowest first (a subpackage may import its own layer's lower neighbours named in ALLOWED, never above):
 utils -> backbones, features, perturbations, attacks -> synbench, robustness, taskprior (the three cores, no
-Lightning data modules) -> data -> metrics -> callbacks -> models -> train / eval (entry points).
+Lightning data modules) -> data -> metrics -> callbacks -> models -> train / eval / hydra_callbacks (entry points).
 The package root (``src/__init__.py``: the installed name and the repository alias) imports nothing of ours and may be
 imported by anyone.
 """
@@ -31,6 +31,7 @@ ALLOWED: dict[str, set[str]] = {
     "models": {"utils", "backbones", "features", "perturbations", "attacks", "synbench", "taskprior", "metrics"},
     "train": {"utils", "backbones", "callbacks", "models", "data"},
     "eval": {"utils", "attacks", "models", "data"},
+    "hydra_callbacks": {"utils", "taskprior"},
 }
 
 

@@ -23,7 +23,9 @@ from torch import Tensor
 
 from ..features import FeatureExtractor
 from ..metrics.task_prior import TaskPriorMoments
-from ..taskprior import DEFAULT_BLOCK_SIZE, DEFAULT_EVAL_SCALE, DEFAULT_PRIOR_SCALE
+from ..taskprior.config import TaskPriorConfig, check_backbone_spec
+from ..taskprior.conventions import TaskPriorConvention, resolve_convention
+from ..taskprior.validation import check_block_size
 from ..utils.distributed import Shard, all_reduce_sum
 from ..utils.modes import eval_mode
 from ._monitor import BackboneMonitor, Denormalize, as_denormalize, first_val_images, pixel_images
@@ -44,9 +46,9 @@ def fixed_images(
     if isinstance(source, Tensor):
         images = pixel_images(source, "TaskPriorCallback", "images=")
     elif source == "digits":
-        from ..utils.digits import load_digits_tensors, upsample_digits
+        from ..taskprior.report import digits_images
 
-        images = upsample_digits(load_digits_tensors()[0][:num_images], int(image_size)).contiguous()
+        images = digits_images(num_images, image_size)  # 2 <= num_images <= 1797: no silent clamp
     elif source == "val":
         images = first_val_images(trainer, num_images)
         if images is None:
@@ -65,14 +67,16 @@ def fixed_images(
 class TaskPriorCallback(BackboneMonitor):
     """Args:
     every_n_epochs: compute at the end of every N-th training epoch (and after the last one).
-    temperature: T of the Task Prior (Thm 2.3).
+    temperature: T of the Task Prior (Thm 2.3); None = the convention's (``"repbench"``: 0.01).
     prior_backbone: registry name or ``{name: ..., **opts}`` of the prior (its features are computed once on the
-        fixed images, then the backbone is dropped); or give ``prior_features`` (N, D) for the same images.
+        fixed images, then the backbone is dropped); or give ``prior_features`` (N, D) for the same images (and
+        ``prior_backbone=None``). Default: :class:`~src.taskprior.TaskPriorConfig`'s.
     images: ``"val"`` | ``"digits"`` | an (N, 3, H, W) tensor in [0, 1].
     num_images: size of the fixed set (memory O(N·D); the moments never hold N × N).
     image_size: side of the digits images (``images="digits"``).
     feature_fn: ``(pl_module, x) -> (N, D)``; default ``pl_module.backbone.embed``.
-    eval_scale, prior_scale, block_size: as :func:`src.taskprior.task_prior_moments`.
+    eval_scale, prior_scale: ``"frobenius"`` | ``"none"``; None = the convention's (``"repbench"``: M/‖M‖_F, raw K).
+    block_size: row blocks of the tiled moments (memory only); default :class:`~src.taskprior.TaskPriorConfig`'s.
     skip_unchanged: do not recompute when the backbone's weights did not change.
     max_batch: images per forward.
     prefix: log-name prefix (``val/task_prior``).
@@ -81,36 +85,43 @@ class TaskPriorCallback(BackboneMonitor):
         [0, 1]), ``(mean, std)`` / ``{"mean": ..., "std": ...}`` of their normalisation, or a callable; images out
         of range are refused (both backbones normalise inside, so normalised images would be normalised twice).
     progress: report progress while computing (the prior's features once, then each computation).
+    convention: ``"repbench"`` (default) | ``"paper"`` | ``"authors"`` (or a ``TaskPriorConvention``): the preset of
+        ``temperature``, ``eval_scale`` and ``prior_scale`` (docs/task_priors.md, "Conventions"); an explicit
+        value (not None) wins. Resolved and checked here, before training.
     """
 
     def __init__(
         self,
         every_n_epochs: int = 1,
-        temperature: float = 0.01,
-        prior_backbone: str | Mapping[str, Any] | None = "embedded:efficientnet_lite2",
+        temperature: float | None = None,
+        prior_backbone: str | Mapping[str, Any] | None = TaskPriorConfig.prior_backbone,
         prior_features: Tensor | None = None,
         images: str | Tensor = "val",
         num_images: int = 512,
         image_size: int = 64,
         feature_fn: Callable[[L.LightningModule, Tensor], Tensor] | None = None,
-        eval_scale: str = DEFAULT_EVAL_SCALE,
-        prior_scale: str = DEFAULT_PRIOR_SCALE,
-        block_size: int = DEFAULT_BLOCK_SIZE,
+        eval_scale: str | None = None,
+        prior_scale: str | None = None,
+        block_size: int = TaskPriorConfig.block_size,
         skip_unchanged: bool = True,
         max_batch: int = 256,
         prefix: str = "val/task_prior",
         at_train_start: bool = False,
         denormalize: Denormalize = None,
         progress: bool = True,
+        convention: str | TaskPriorConvention = TaskPriorConfig.convention,
     ) -> None:
         super().__init__(every_n_epochs, feature_fn, skip_unchanged, prefix, at_train_start, progress)
         if prior_backbone is None and prior_features is None:
             raise ValueError("give prior_backbone (a registry name) or prior_features (N, D) for the fixed images")
+        if prior_backbone is not None:
+            check_backbone_spec(prior_backbone)
         if int(num_images) < 2:
             raise ValueError(f"num_images must be >= 2, got {num_images}")
-        # validate T, scales and block size now rather than at the first epoch end
-        TaskPriorMoments(2, 1, 1, temperature, block_size=block_size, eval_scale=eval_scale, prior_scale=prior_scale)
-        self.temperature = float(temperature)
+        #: T and the scales of the moments, resolved and checked now rather than at the first epoch end
+        self.settings = resolve_convention(
+            convention, temperature=temperature, eval_scale=eval_scale, prior_scale=prior_scale
+        )
         self.prior_backbone = prior_backbone
         self.prior_features = prior_features
         self.denormalize = as_denormalize(denormalize, type(self).__name__)
@@ -118,10 +129,23 @@ class TaskPriorCallback(BackboneMonitor):
             pixel_images(images, type(self).__name__, "images=")
         self.images_source = images
         self.num_images, self.image_size = int(num_images), int(image_size)
-        self.eval_scale, self.prior_scale, self.block_size = eval_scale, prior_scale, int(block_size)
+        self.block_size = check_block_size(block_size)
         self.max_batch = int(max_batch)
         self._images: Tensor | None = None
         self._prior_share: Tensor | None = None  # prior features of this rank's share
+
+    @property
+    def temperature(self) -> float:
+        """T of the moments (the resolved convention's)."""
+        return self.settings.temperature
+
+    @property
+    def eval_scale(self) -> str:
+        return self.settings.eval_scale
+
+    @property
+    def prior_scale(self) -> str:
+        return self.settings.prior_scale
 
     def _identity(self) -> dict[str, Any]:
         images = self.images_source if isinstance(self.images_source, str) else "tensor"
@@ -177,13 +201,7 @@ class TaskPriorCallback(BackboneMonitor):
         eval_dim = self._eval_dim(z, trainer)
         prior = self._prior_share
         metric = TaskPriorMoments(
-            self._images.shape[0],
-            eval_dim,
-            prior.shape[1],
-            self.temperature,
-            block_size=self.block_size,
-            eval_scale=self.eval_scale,
-            prior_scale=self.prior_scale,
+            self._images.shape[0], eval_dim, prior.shape[1], block_size=self.block_size, convention=self.settings
         ).to(pl_module.device)
         if z is not None:
             metric.update(z, prior, idx)

@@ -3,7 +3,7 @@
 ``TaskPriorMoments``: E[Tr(MG)] and Var(Tr(MG)) of Thm 2.3 for a FIXED image set of ``num_samples`` images, where M
 is the evaluated model's centred cosine kernel and G ~ μ_K, the Task Prior of a prior kernel K (Def. 2.1)::
 
-    metric = TaskPriorMoments(num_samples=n, eval_dim=D, prior_dim=D_K, temperature=T)
+    metric = TaskPriorMoments(num_samples=n, eval_dim=D, prior_dim=D_K)   # T, scales: convention="repbench"
     metric.update(eval_features, prior_features, indices)   # rows of the image set, each index exactly once overall
     metric.compute()   # {"mean": E, "var": Var, "z": E / √Var}; every rank calls it
 
@@ -26,16 +26,11 @@ import torch
 from torch import Tensor
 from torchmetrics import Metric
 
-from ..taskprior.moments import (
-    DEFAULT_BLOCK_SIZE,
-    DEFAULT_EVAL_SCALE,
-    DEFAULT_PRIOR_SCALE,
-    kernel_scale,
-    kernel_source,
-    sharded_moment_sums,
-)
+from ..taskprior.config import TaskPriorConfig
+from ..taskprior.conventions import TaskPriorConvention, resolve_convention
+from ..taskprior.moments import kernel_scale, kernel_source, sharded_moment_sums
 from ..taskprior.probing import DEFAULT_QUANTILES, accuracy_summary
-from ..taskprior.validation import check_block_size, check_int, check_scale, check_temperature, check_tensor
+from ..taskprior.validation import check_block_size, check_int, check_tensor
 from ..utils.distributed import Shard, no_reduce, process_seams
 from ._plot import PlotMixin
 
@@ -50,10 +45,13 @@ class TaskPriorMoments(PlotMixin, Metric):
     Args:
         num_samples: n, the size of the fixed image set (indices passed to ``update`` lie in [0, n)).
         eval_dim: D of the evaluated features; prior_dim: D of the prior features.
-        temperature: T > 0 of the Gibbs measure μ_K(G) ∝ exp(Tr(GK)/T).
+        temperature: T > 0 of the Gibbs measure μ_K(G) ∝ exp(Tr(GK)/T); None = the convention's.
         block_size: rows of the (block, n) kernel slabs (memory O(block · n), never n × n).
-        eval_scale, prior_scale: ``"frobenius"`` (divide the kernel by its Frobenius norm) or ``"none"``; defaults
-            as ``src.taskprior.task_prior_moments`` (M scaled, K raw; docs/task_priors.md, "Scales").
+        eval_scale, prior_scale: ``"frobenius"`` (divide the kernel by its Frobenius norm) or ``"none"``; None = the
+            convention's.
+        convention: ``"repbench"`` (default: T = 0.01, M/‖M‖_F, raw K; docs/task_priors.md, "Scales"), ``"paper"``,
+            ``"authors"`` or a ``TaskPriorConvention``: the preset of the three options above, as in
+            ``src.taskprior.task_prior_moments``; an explicit value (not None) wins.
     """
 
     is_differentiable = False
@@ -65,21 +63,25 @@ class TaskPriorMoments(PlotMixin, Metric):
         num_samples: int,
         eval_dim: int,
         prior_dim: int,
-        temperature: float,
+        temperature: float | None = None,
         *,
-        block_size: int = DEFAULT_BLOCK_SIZE,
-        eval_scale: str = DEFAULT_EVAL_SCALE,
-        prior_scale: str = DEFAULT_PRIOR_SCALE,
+        block_size: int = TaskPriorConfig.block_size,
+        eval_scale: str | None = None,
+        prior_scale: str | None = None,
+        convention: str | TaskPriorConvention = TaskPriorConfig.convention,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self.num_samples = check_int(num_samples, "num_samples", 1)
         self.eval_dim = check_int(eval_dim, "eval_dim", 1)
         self.prior_dim = check_int(prior_dim, "prior_dim", 1)
-        self.temperature = check_temperature(temperature)
+        #: T and the kernel scales, resolved and checked once (src.taskprior.conventions)
+        self.settings = resolve_convention(
+            convention, temperature=temperature, eval_scale=eval_scale, prior_scale=prior_scale
+        )
+        self.temperature = self.settings.temperature
+        self.eval_scale, self.prior_scale = self.settings.eval_scale, self.settings.prior_scale
         self.block_size = check_block_size(block_size)
-        self.eval_scale = check_scale(eval_scale, "eval_scale")
-        self.prior_scale = check_scale(prior_scale, "prior_scale")
         self.add_state("eval_features", torch.zeros(self.num_samples, self.eval_dim, dtype=F64), dist_reduce_fx="sum")
         self.add_state("prior_features", torch.zeros(self.num_samples, self.prior_dim, dtype=F64), dist_reduce_fx="sum")
         self.add_state("seen", torch.zeros(self.num_samples, dtype=F64), dist_reduce_fx="sum")

@@ -34,9 +34,8 @@ from torch.utils.data import DataLoader, Dataset, Subset
 from ..backbones import Backbone
 from ..features import FeatureExtractor
 from ..metrics.task_prior import TaskAccuracies
-from ..taskprior import DEFAULT_CONVENTION, resolve_convention, sample_task_labels, task_prior_moments
+from ..taskprior import TaskPriorConfig, sample_task_labels, task_prior_moments
 from ..taskprior.probing import (
-    DEFAULT_QUANTILES,
     BatchedLinearHead,
     Standardizer,
     accuracy_summary,
@@ -71,19 +70,23 @@ def dataset_features(dataset: Dataset, extractor: FeatureExtractor, batch_size: 
 @register_module
 class TaskPriorProbe(RepBenchModule):
     """Args:
+    Every Task-Prior option (and its default) is a :class:`~src.taskprior.TaskPriorConfig` field, checked there.
+
     backbone: the evaluated (frozen) backbone: a :class:`Backbone`, a registry name or ``{name: ..., **opts}``.
     prior_backbone: the backbone whose kernel K defines the Task Prior (built once in ``setup``, then dropped).
     num_tasks: labelings sampled (probes trained at once).
     task_classes: q, classes per sampled labeling (>= 2).
-    convention: ``"repbench"`` (default), ``"paper"`` or ``"authors"``: the preset of the five options below and of
-        the sampler's factor and the probe score (``src.taskprior.conventions``, docs/task_priors.md,
-        "Conventions"). ``"authors"`` scores each probe by its recall of class 1 on the training split.
+    convention: ``"repbench"`` (default), ``"paper"`` or ``"authors"``: the preset of the options below and of
+        the sampler's factor (``src.taskprior.conventions``, docs/task_priors.md, "Conventions").
     sample_temperature: T of the prefix sampler (Algorithm 1) on K scaled by ``sampler_scale``.
     temperature: T of the closed-form moments (Thm 2.3).
     order: ``"sequential"`` (paper) or ``"random"`` (authors' code) visiting order of the sampler.
     eval_scale, prior_scale: kernel scales of the moments (``"frobenius"`` | ``"none"``).
     sampler_scale: kernel scale of the sampler.
-        Each of these five left at None takes the convention's value; an explicit value wins.
+    probe_metric, probe_split: the logged probe score (``"accuracy"`` | ``"positive_recall"``, the recall of class 1)
+        and the split it is measured on (``"test"`` = the data module's val split | ``"train"``); ``"authors"``
+        scores each probe by its recall of class 1 on the training split.
+        Each of these eight left at None takes the convention's value; an explicit value wins.
     block_size: row-block size of the moments.
     standardize: z-score features with the training split's statistics before the heads.
     max_batch: images per backbone forward when computing features.
@@ -101,50 +104,65 @@ class TaskPriorProbe(RepBenchModule):
     def __init__(
         self,
         backbone: Backbone | str | Mapping[str, Any] = "embedded:efficientnet_lite0",
-        prior_backbone: Backbone | str | Mapping[str, Any] = "embedded:efficientnet_lite2",
-        num_tasks: int = 64,
-        task_classes: int = 2,
+        prior_backbone: Backbone | str | Mapping[str, Any] = TaskPriorConfig.prior_backbone,
+        num_tasks: int = TaskPriorConfig.num_tasks,
+        task_classes: int = TaskPriorConfig.task_classes,
         sample_temperature: float | None = None,
         temperature: float | None = None,
         order: str | None = None,
         eval_scale: str | None = None,
         prior_scale: str | None = None,
         sampler_scale: str | None = None,
-        convention: str = DEFAULT_CONVENTION,
-        block_size: int = 1024,
+        convention: str = TaskPriorConfig.convention,
+        block_size: int = TaskPriorConfig.block_size,
         standardize: bool = True,
-        lr: float = 1e-2,
-        weight_decay: float = 0.0,
+        lr: float = TaskPriorConfig.lr,
+        weight_decay: float = TaskPriorConfig.weight_decay,
         optimizer: str = "adam",
         scheduler: str | None = None,
-        quantiles: Sequence[float] = DEFAULT_QUANTILES,
+        quantiles: Sequence[float] = TaskPriorConfig.quantiles,
         max_batch: int = 256,
         max_samples: int | None = None,
         results_file: str | None = None,
-        seed: int = 0,
+        seed: int = TaskPriorConfig.seed,
+        probe_metric: str | None = None,
+        probe_split: str | None = None,
     ) -> None:
         if isinstance(prior_backbone, Backbone):
             prior_backbone = getattr(prior_backbone, "spec", None) or prior_backbone.name
-        super().__init__(backbone)
-        if int(num_tasks) < 1:
-            raise ValueError(f"num_tasks must be >= 1, got {num_tasks}")
-        if int(task_classes) < 2:
-            raise ValueError(f"task_classes must be >= 2 (q-class labelings), got {task_classes}")
-        #: every Task-Prior setting, checked here (before any backbone runs)
-        self.convention = resolve_convention(
-            convention,
+        # every Task-Prior option, checked here (before any backbone is built); the study's epochs and split are
+        # the trainer's and the data module's, so those fields keep their defaults
+        config = TaskPriorConfig(
+            num_tasks=num_tasks,
+            task_classes=task_classes,
+            convention=convention,
             sample_temperature=sample_temperature,
             temperature=temperature,
             order=order,
             eval_scale=eval_scale,
             prior_scale=prior_scale,
             sampler_scale=sampler_scale,
+            probe_metric=probe_metric,
+            probe_split=probe_split,
+            lr=lr,
+            weight_decay=weight_decay,
+            quantiles=quantiles,
+            seed=seed,
+            prior_backbone=prior_backbone,
+            block_size=block_size,
         )
+        super().__init__(backbone)
+        self.config = config
+        #: the resolved settings (sampler, moments, probe score)
+        self.convention = config.settings
         self.backbone.requires_grad_(False).eval()
         self.head = BatchedLinearHead(
-            int(num_tasks), int(task_classes), self.backbone.embed_dim, generator=torch.Generator().manual_seed(seed)
+            config.num_tasks,
+            config.task_classes,
+            self.backbone.embed_dim,
+            generator=torch.Generator().manual_seed(config.seed),
         )
-        self.val_tasks = TaskAccuracies(int(num_tasks), quantiles)
+        self.val_tasks = TaskAccuracies(config.num_tasks, config.quantiles)
         self._prior_spec = prior_backbone
         self._ready = False
         self.moments: dict[str, float] = {}
@@ -177,29 +195,29 @@ class TaskPriorProbe(RepBenchModule):
         self, train_eval: Tensor, val_eval: Tensor, train_prior: Tensor, val_prior: Tensor
     ) -> dict[str, float]:
         """Sample the labelings of train + val, standardize features and compute E, Var (every rank, same values)."""
-        hp, conv = self.hparams, self.convention
+        cfg, conv = self.config, self.convention
         n_train = train_eval.shape[0]
         eval_all, prior_all = torch.cat([train_eval, val_eval]), torch.cat([train_prior, val_prior])
         if eval_all.shape[0] != prior_all.shape[0]:
             raise ValueError(f"{eval_all.shape[0]} evaluated but {prior_all.shape[0]} prior feature rows")
         labels = sample_task_labels(
             prior_all,
-            int(hp.task_classes),
-            num_tasks=int(hp.num_tasks),
-            generator=torch.Generator().manual_seed(int(hp.seed)),
+            cfg.task_classes,
+            num_tasks=cfg.num_tasks,
+            generator=torch.Generator().manual_seed(cfg.seed),
             convention=conv,
         )
         shard, reduce = process_seams()
         mean, var = task_prior_moments(
             eval_all,
             prior_all,
-            block_size=int(hp.block_size),
+            block_size=cfg.block_size,
             convention=conv,
             shard=shard,
             reduce=reduce,
         )
         self._eval_all, self._prior_all = eval_all, prior_all  # (n, D) CPU features, kept for inspection
-        st = Standardizer.fit(train_eval) if hp.standardize else None
+        st = Standardizer.fit(train_eval) if self.hparams.standardize else None
         dev = self.device
         self._train_x = (st(train_eval) if st else train_eval).to(dev)
         self._val_x = (st(val_eval) if st else val_eval).to(dev)

@@ -1,7 +1,11 @@
 """Task Priors (Patel & Balestriero, arXiv:2507.09871): the centred cosine kernel, closed-form moments of the
 kernel alignment Tr(MG) computed in tiles (never n × n in memory), and the prefix sampler of labelings.
-``conventions.py`` holds the settings presets ("paper", "authors", "repbench"). No Lightning imports here: the torchmetric, callback and LightningModule are shells over these functions."""
+``conventions.py`` holds the settings presets ("paper", "authors", "repbench"), ``config.py`` every option of the
+probe study with its one default (:class:`TaskPriorConfig`), ``report.py`` the study over backbones
+(:func:`compare_backbones` -> a Report). No Lightning or Hydra imports here: the torchmetric, callback,
+LightningModule, CLI and Hydra callback are shells over these functions."""
 
+from .config import TaskPriorConfig, task_prior_config
 from .conventions import CONVENTIONS, DEFAULT_CONVENTION, TaskPriorConvention, resolve_convention
 from .kernels import CenteredCosine, centered_cosine_kernel, centered_normalized_features, kernel_frobenius_norm
 from .moments import (
@@ -15,9 +19,14 @@ from .moments import (
     task_prior_moments,
     tile_moment_sums,
 )
+from .report import compare_backbones, compare_features
 from .sampler import DEFAULT_SAMPLER_SCALE, prior_factor, sample_task_labels, sequential_log_prob
 
 __all__ = [
+    "TaskPriorConfig",
+    "task_prior_config",
+    "compare_backbones",
+    "compare_features",
     "CONVENTIONS",
     "DEFAULT_CONVENTION",
     "TaskPriorConvention",

@@ -21,6 +21,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .conventions import PROBE_METRICS, PROBE_SPLITS
+from .validation import check_fraction, check_quantiles
 
 __all__ = [
     "BatchedLinearHead",
@@ -193,18 +194,15 @@ def accuracy_summary(accuracies: Tensor, quantiles: Sequence[float] = DEFAULT_QU
         "acc_var": float(acc.var(correction=0)),
         "acc_std": float(acc.std(correction=0)),
     }
-    for q in quantiles:
-        if not 0.0 <= float(q) <= 1.0:
-            raise ValueError(f"quantiles must lie in [0, 1], got {q}")
-        out[f"acc_q{round(100 * float(q)):02d}"] = float(torch.quantile(acc, float(q)))
+    for q in check_quantiles(quantiles):
+        out[f"acc_q{round(100 * q):02d}"] = float(torch.quantile(acc, q))
     return out
 
 
 def random_split(n: int, test_fraction: float, *, seed: int = 0) -> tuple[Tensor, Tensor]:
     """A fixed seeded split of range(n): (train indices, test indices), each sorted; the test size is
     round(test_fraction · n), at least 1 and at most n − 1."""
-    if not 0.0 < float(test_fraction) < 1.0:
-        raise ValueError(f"test_fraction must be in (0, 1), got {test_fraction}")
+    test_fraction = check_fraction(test_fraction, "test_fraction")
     if n < 2:
         raise ValueError(f"need at least 2 samples to split, got {n}")
     n_test = min(n - 1, max(1, round(float(test_fraction) * n)))

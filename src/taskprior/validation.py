@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import math
+import numbers
 import operator
+from collections.abc import Sequence
 
 import torch
 
@@ -73,18 +75,59 @@ def check_tensor(value: object, name: str, shape: str) -> Tensor:
     return value
 
 
+def _real(value: object, name: str, requirement: str) -> float:
+    """``value`` as a float (ints, floats, numpy/torch scalars); a TypeError naming ``name`` for a bool, a string or
+    anything else."""
+    if isinstance(value, bool | str) or not isinstance(value, numbers.Real | Tensor):
+        raise TypeError(f"{name} must be {requirement}, got {value!r} ({type(value).__name__})")
+    return float(value)
+
+
+def check_positive(value: object, name: str, fix: str = "") -> float:
+    """``value`` as a float, finite and > 0; else a ValueError naming ``name`` (and ``fix``, when given)."""
+    v = _real(value, name, "a finite number > 0")
+    if not math.isfinite(v) or v <= 0:
+        raise ValueError(f"{name} must be a finite number > 0, got {value}" + (f"; {fix}" if fix else ""))
+    return v
+
+
+def check_nonnegative(value: object, name: str) -> float:
+    """``value`` as a float, finite and >= 0; else a ValueError naming ``name``."""
+    v = _real(value, name, "a finite number >= 0")
+    if not math.isfinite(v) or v < 0:
+        raise ValueError(f"{name} must be a finite number >= 0, got {value}; e.g. {name}=0")
+    return v
+
+
 def check_temperature(temperature: float, name: str = "temperature") -> float:
-    """``temperature`` as a float, finite and > 0; else a ValueError naming ``name``."""
-    t = float(temperature)
-    if not math.isfinite(t) or t <= 0:
-        raise ValueError(f"{name} must be a finite number > 0, got {temperature}")
-    return t
+    """``temperature`` as a float, finite and > 0; else a ValueError naming ``name`` and the fix."""
+    return check_positive(
+        temperature, name, "T of the Task Prior is > 0 (the paper's Fig. 6 uses 0.01; docs/task_priors.md, Conventions)"
+    )
+
+
+def check_fraction(value: object, name: str) -> float:
+    """``value`` as a float strictly between 0 and 1; else a ValueError naming ``name``."""
+    v = _real(value, name, "a number in (0, 1)")
+    if not 0.0 < v < 1.0:
+        raise ValueError(f"{name} must be in (0, 1), got {value}; e.g. {name}=0.3")
+    return v
+
+
+def check_quantiles(quantiles: object, name: str = "quantiles") -> tuple[float, ...]:
+    """``quantiles`` as a tuple of floats in [0, 1] (possibly empty); else an error naming ``name``."""
+    if isinstance(quantiles, str | bytes) or not isinstance(quantiles, Sequence):
+        raise TypeError(f"{name} must be a list of numbers in [0, 1], got {quantiles!r}; e.g. {name}=[0.1, 0.5, 0.9]")
+    out = tuple(_real(q, name, "a list of numbers in [0, 1]") for q in quantiles)
+    bad = [q for q in out if not 0.0 <= q <= 1.0]
+    if bad:
+        raise ValueError(f"{name} must lie in [0, 1], got {list(quantiles)}; e.g. {name}=[0.1, 0.5, 0.9]")
+    return out
 
 
 def check_block_size(block_size: int) -> int:
-    if int(block_size) != block_size or block_size < 1:
-        raise ValueError(f"block_size must be an integer >= 1, got {block_size}")
-    return int(block_size)
+    """``block_size`` as an int >= 1 (:func:`check_int`)."""
+    return check_int(block_size, "block_size", 1)
 
 
 def check_scale(scale: str, name: str) -> str:
@@ -94,10 +137,8 @@ def check_scale(scale: str, name: str) -> str:
 
 
 def check_norm(norm: float, name: str) -> float:
-    v = float(norm)
-    if not math.isfinite(v) or v <= 0:
-        raise ValueError(f"{name} must be a finite number > 0, got {norm}")
-    return v
+    """A kernel's divisor: a finite number > 0 (:func:`check_positive`)."""
+    return check_positive(norm, name)
 
 
 def check_same_n(n_eval: int, n_prior: int) -> None:

@@ -109,3 +109,12 @@ def test_bad_input() -> None:
         TaskPriorCallback(prior_backbone=None, prior_features=torch.randn(5, 2), images="nope").compute(
             _T(), TinyModule()
         )
+
+
+def test_digits_images_beyond_the_bundled_set_are_refused() -> None:
+    """images='digits' with num_images above the 1797 bundled digits once silently used 1797 images."""
+    from src.callbacks.task_prior_callback import fixed_images
+
+    with pytest.raises(ValueError, match=r"num_images must be an integer in \[2, 1797\] .*got 5000"):
+        fixed_images("digits", None, 5000, 8)
+    assert fixed_images("digits", None, 6, 8).shape == (6, 3, 8, 8)

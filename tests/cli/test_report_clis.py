@@ -51,11 +51,12 @@ SYNBENCH_TINY = SYNBENCH + [
 ROBUSTNESS = ["backbone=timm_tiny_random", "image_size=16", "m=1", "perturbations=[brightness]", "chunk_size=4"]
 TASKPRIOR = [
     'backbones=[{name: "timm:test_vit", pretrained: false}]',
-    'prior_backbone={name: "timm:test_efficientnet", pretrained: false}',
+    'task_prior.prior_backbone={name: "timm:test_efficientnet", pretrained: false}',
     "data.num_images=40",
     "data.image_size=16",
-    "probe.epochs=5",
-    "probe.num_tasks=4",
+    "task_prior.epochs=5",
+    "task_prior.num_tasks=4",
+    "progress=false",
 ]
 
 
@@ -119,6 +120,30 @@ def test_tc12_taskprior_image_size_zero_names_the_key(tmp_path, no_backbone) -> 
     cfg = compose_cfg("task_prior.yaml", TASKPRIOR + ["data.num_images=5000"], tmp_path)
     with pytest.raises(ValueError, match=r"data\.num_images must be an integer in \[2, 1797\] .*got 5000"):
         _run("taskprior")(cfg)  # once silently the 1797 bundled digits
+
+
+@pytest.mark.parametrize(
+    "override,error,match",
+    [
+        ("task_prior.temperature=0", ValueError, r"temperature must be a finite number > 0, got 0"),
+        ("task_prior.convention=mine", ValueError, r"convention must be one of \('paper', 'authors', 'repbench'\)"),
+        ("task_prior.eval_scale=fro", ValueError, r"eval_scale must be one of \('frobenius', 'none'\), got 'fro'"),
+        ("max_batch=0", ValueError, r"max_batch must be an integer >= 1, got 0"),
+    ],
+)
+def test_taskprior_block_is_the_config_checked_before_any_backbone(tmp_path, no_backbone, override, error, match):
+    """The task_prior: block is TaskPriorConfig (every option checked first, naming the field)."""
+    cfg = compose_cfg("task_prior.yaml", TASKPRIOR + [override], tmp_path)
+    with pytest.raises(error, match=match):
+        _run("taskprior")(cfg)
+    assert not (tmp_path / "task_prior.md").exists()
+
+
+def test_taskprior_cli_writes_the_report_files(tmp_path) -> None:
+    table = _run("taskprior")(compose_cfg("task_prior.yaml", TASKPRIOR, tmp_path))
+    names = {p.name for p in tmp_path.iterdir()}
+    assert {"task_prior.md", "task_prior.csv", "task_prior.json", "e_vs_accuracy.png"} <= names
+    assert (tmp_path / "task_prior.md").read_text() == table and "| timm:test_vit |" in table
 
 
 # --- TA03 / TA04 / TA05: broken task_prior_row.json files in aggregate=<dir> ---------------------------------------
