@@ -25,7 +25,7 @@ cells = [
        "spread. All forwards go through `FeatureExtractor`."),
     code("from src.backbones import create_backbone\n"
          "from src.features import FeatureExtractor\n"
-         "from src.taskprior.__main__ import digits_images\n"
+         "from src.taskprior.report import digits_images\n"
          "images = digits_images(400, 32)\n"
          "specs = {'lite0': ('embedded:efficientnet_lite0', {}), 'lite2': ('embedded:efficientnet_lite2', {}),\n"
          "         'resnet10t (random)': ('timm:resnet10t', {'pretrained': False}),\n"
@@ -47,11 +47,12 @@ cells = [
          "fig.suptitle('3-class labelings from the Task Prior of Lite0 (PCA of Lite0 features)'); fig.tight_layout()"),
     md("## 2. Closed-form moments vs probes on sampled tasks\n"
        "Prior: Lite2. 32 binary labelings (T = 0.01), one fixed 70/30 split; one batched linear probe per backbone "
-       "(`src.taskprior.report.compare_features`, the functional core behind `TaskPriorProbe` and "
-       "`python -m src.taskprior`)."),
-    code("from src.taskprior.report import compare_features, markdown_table\n"
-         "rows = compare_features(feats, feats['lite2'], num_tasks=32, sample_temperature=0.01, temperature=0.01,\n"
-         "                        epochs=100, seed=0)\n"
+       "(`src.taskprior.compare_features` with a `TaskPriorConfig`, the functional core behind `TaskPriorProbe` and "
+       "`python -m src.taskprior`; `compare_backbones` does the same from backbone names)."),
+    code("from src.taskprior import TaskPriorConfig, compare_features\n"
+         "from src.taskprior.report import markdown_table\n"
+         "config = TaskPriorConfig(num_tasks=32, epochs=100, seed=0)  # convention 'repbench': T = 0.01 for both\n"
+         "rows = compare_features(feats, feats['lite2'], config)\n"
          "print(markdown_table(rows))"),
     code("fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))\n"
          "for r in rows:\n"
