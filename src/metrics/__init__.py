@@ -1,7 +1,17 @@
 """torchmetrics shells over the functional cores."""
 
+from .baselines import AlphaReQ, LogME, RankMe
 from .divergence_radius import CosineRobustness, DivergenceRadius
 from .synbench_score import SynBenchScore
 from .task_prior import TaskAccuracies, TaskPriorMoments
 
-__all__ = ["CosineRobustness", "DivergenceRadius", "SynBenchScore", "TaskAccuracies", "TaskPriorMoments"]
+__all__ = [
+    "AlphaReQ",
+    "CosineRobustness",
+    "DivergenceRadius",
+    "LogME",
+    "RankMe",
+    "SynBenchScore",
+    "TaskAccuracies",
+    "TaskPriorMoments",
+]
