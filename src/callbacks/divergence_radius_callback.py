@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import lightning as L
@@ -28,7 +28,7 @@ import torch
 from torch import Tensor, nn
 
 from ..metrics.divergence_radius import robustness_metrics
-from ..perturbations import PERTURBATIONS
+from ..robustness.config import DivergenceRadiusConfig
 from ..robustness.images import bundled_photos
 from ..utils.distributed import Shard
 from ..utils.modes import eval_mode
@@ -73,11 +73,11 @@ class DivergenceRadiusCallback(BackboneMonitor):
     every_n_epochs: compute at the end of every N-th training epoch (and after the last one).
     at_train_start: also compute once before training (logged at step 0).
     num_images, image_size: the probe set (first images of the validation set, or bundled photos), resized.
-    m, mode: perturbed versions per image and perturbation; "equal" spacing (the paper's) or "random".
-    perturbations: names (default: all nine of Table 8).
-    source: "auto" | "val" | "photos".
-    chunk_size: images per chunk (the unit of work sharded over ranks; random perturbations seeded per chunk).
-    seed: seed of the random perturbations (and of random parameters).
+    m, mode, perturbations, chunk_size, seed: the sweep, fields of
+        :class:`~src.robustness.config.DivergenceRadiusConfig` (None = the ``config``'s value, whose defaults are the
+        paper's m = 5 equally spaced parameters of all nine perturbations of Table 8): perturbed versions per image
+        and perturbation; "equal" spacing or "random"; names; images per chunk (the unit of work sharded over ranks;
+        random perturbations seeded per chunk); seed of the random perturbations (and of random parameters).
     feature_fn: ``(pl_module, x) -> (N, D)``; default ``pl_module.backbone.embed`` (or ``backbone(x)``).
     skip_unchanged: do not recompute while the backbone's weights are unchanged (a frozen probe needs it once).
     log_figure: add the bar figure to TensorBoard.
@@ -90,6 +90,8 @@ class DivergenceRadiusCallback(BackboneMonitor):
     prefix: log-name prefix (``val``): ``{prefix}/divergence_radius/...``; two callbacks in one Trainer need
         different prefixes.
     progress: report progress while computing (counts of embedded images, elapsed time).
+    config: the sweep as a DivergenceRadiusConfig or a mapping of its fields (None = its defaults); the arguments
+        above override its fields when they are not None.
     """
 
     def __init__(
@@ -98,12 +100,12 @@ class DivergenceRadiusCallback(BackboneMonitor):
         at_train_start: bool = False,
         num_images: int = 32,
         image_size: int = 64,
-        m: int = 5,
-        mode: str = "equal",
+        m: int | None = None,
+        mode: str | None = None,
         perturbations: Sequence[str] | None = None,
         source: str = "auto",
-        chunk_size: int = 16,
-        seed: int = 0,
+        chunk_size: int | None = None,
+        seed: int | None = None,
         feature_fn: Callable[[L.LightningModule, Tensor], Tensor] | None = None,
         skip_unchanged: bool = True,
         log_figure: bool = True,
@@ -111,23 +113,19 @@ class DivergenceRadiusCallback(BackboneMonitor):
         denormalize: Denormalize = None,
         prefix: str = "val",
         progress: bool = True,
+        config: DivergenceRadiusConfig | Mapping[str, Any] | None = None,
     ) -> None:
         super().__init__(every_n_epochs, feature_fn, skip_unchanged, prefix, at_train_start, progress)
         if num_images < 1 or image_size < 16:
             raise ValueError(f"need num_images >= 1 and image_size >= 16, got {num_images} and {image_size}")
-        if m < 1:
-            raise ValueError(f"m must be >= 1, got {m}")
-        if mode not in ("equal", "random"):
-            raise ValueError(f"mode must be 'equal' or 'random', got {mode!r}")
         if source not in SOURCES:
             raise ValueError(f"source must be one of {SOURCES}, got {source!r}")
-        names = tuple(perturbations) if perturbations is not None else tuple(PERTURBATIONS)
-        unknown = [n for n in names if n not in PERTURBATIONS]
-        if unknown or not names:
-            raise ValueError(f"unknown perturbation(s) {unknown or names}; known: {', '.join(PERTURBATIONS)}")
-        self.num_images, self.image_size = int(num_images), int(image_size)
-        self.m, self.mode, self.names = int(m), mode, names
-        self.source, self.chunk_size, self.seed = source, int(chunk_size), int(seed)
+        self.config = DivergenceRadiusConfig.merged(
+            config, perturbations=perturbations, m=m, mode=mode, seed=seed, chunk_size=chunk_size
+        )
+        self.num_images, self.image_size, self.source = int(num_images), int(image_size), source
+        self.names, self.m, self.mode = self.config.perturbations, self.config.m, self.config.mode
+        self.chunk_size, self.seed = self.config.chunk_size, self.config.seed
         self.log_figure = log_figure
         self.denormalize = as_denormalize(denormalize, type(self).__name__)
         if images is not None:  # refused now, not at the first epoch end
@@ -136,16 +134,8 @@ class DivergenceRadiusCallback(BackboneMonitor):
         self.seconds = 0.0  # wall time spent computing (the callback's share of a run)
 
     def _identity(self) -> dict[str, Any]:
-        return {
-            "perturbations": list(self.names),
-            "m": self.m,
-            "mode": self.mode,
-            "num_images": self.num_images,
-            "image_size": self.image_size,
-            "source": self.source,
-            "chunk_size": self.chunk_size,
-            "seed": self.seed,
-        }
+        return {**self.config.to_dict(), "num_images": self.num_images, "image_size": self.image_size,
+                "source": self.source}  # fmt: skip
 
     # ------------------------------------------------------------------ pieces
     def probe_images(self, trainer: L.Trainer) -> Tensor:
@@ -193,11 +183,7 @@ class DivergenceRadiusCallback(BackboneMonitor):
             out = robustness_metrics(
                 images,
                 progress.counted(fn),
-                perturbations=self.names,
-                m=self.m,
-                mode=self.mode,
-                seed=self.seed,
-                chunk_size=self.chunk_size,
+                self.config,
                 rank=trainer.global_rank,
                 world_size=trainer.world_size,
                 device=pl_module.device,

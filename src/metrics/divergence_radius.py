@@ -14,7 +14,7 @@ joins the sync in ``compute()``).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -22,6 +22,7 @@ from torch import Tensor
 from torchmetrics import Metric
 
 from ..features import FeatureExtractor
+from ..robustness.config import DivergenceRadiusConfig
 from ..robustness.metrics import cosine_robustness, divergence_radius
 from ..robustness.protocol import robustness_sweep
 from ..utils.distributed import Shard, all_reduce_sum, no_reduce, raise_if_any_failed
@@ -147,31 +148,27 @@ class CosineRobustness(_PerPerturbationMean):
 def robustness_metrics(
     images: Tensor,
     feature_fn: Callable[[Tensor], Tensor] | FeatureExtractor,
+    config: DivergenceRadiusConfig | Mapping[str, Any] | None = None,
     *,
-    perturbations: Sequence[str],
-    m: int = 5,
-    mode: str = "equal",
-    seed: int = 0,
-    chunk_size: int = 16,
+    perturbations: Sequence[str] | None = None,
+    m: int | None = None,
+    mode: str | None = None,
+    seed: int | None = None,
+    chunk_size: int | None = None,
     rank: int = 0,
     world_size: int = 1,
     device: str | torch.device | None = None,
 ) -> dict[str, float]:
-    """The sweep on this rank's chunks of ``images`` through both metrics; every rank must call it (``compute``
-    syncs). Returns {"divergence_radius/<name>", "divergence_radius/mean", "cosine_robustness/<name>", ...}."""
+    """The sweep of ``config`` (:class:`~src.robustness.config.DivergenceRadiusConfig`, a mapping of its fields or
+    None for its defaults; the keyword arguments override its fields when not None) on this rank's chunks of
+    ``images`` through both metrics; every rank must call it (``compute`` syncs). Returns
+    {"divergence_radius/<name>", "divergence_radius/mean", "cosine_robustness/<name>", ...}."""
     error: BaseException | None = None
     try:
-        out = robustness_sweep(
-            images,
-            feature_fn,
-            perturbations=perturbations,
-            m=m,
-            mode=mode,
-            seed=seed,
-            chunk_size=chunk_size,
-            shard=Shard(rank, world_size),
-            device=device,
+        cfg = DivergenceRadiusConfig.merged(
+            config, perturbations=perturbations, m=m, mode=mode, seed=seed, chunk_size=chunk_size
         )
+        out = robustness_sweep(images, feature_fn, cfg, shard=Shard(rank, world_size), device=device)
     except Exception as exc:  # every rank learns of it below instead of blocking in the metrics' sync
         error = exc
     raise_if_any_failed(error, all_reduce_sum if world_size > 1 else no_reduce)

@@ -23,7 +23,8 @@ from torch import Tensor, nn
 from torchmetrics import MeanMetric
 
 from ..backbones import Backbone, check_images
-from ..perturbations import PERTURBATIONS, perturb, sample_parameters
+from ..perturbations import perturb, sample_parameters
+from ..perturbations.registry import check_perturbation_names
 from ..utils.checkpoint import register_module
 from .base import RepBenchModule, unpack_batch
 
@@ -92,8 +93,8 @@ class PerturbationRobustFineTune(RepBenchModule):
     Args:
         backbone: a :class:`Backbone`, a registry name or ``{name: ..., **opts}``.
         lam: λ >= 0, weight of the utility loss L2.
-        perturbations: names from :data:`src.perturbations.PERTURBATIONS`; each training batch uses one, drawn
-            uniformly (the paper uses JPEG compression).
+        perturbations: distinct names from :data:`src.perturbations.PERTURBATIONS` (a single name = a list of one,
+            None = all nine); each training batch uses one, drawn uniformly (the paper uses JPEG compression).
         k_sampling: ``"batch"`` (one k per batch, the paper's "k sampled each epoch" at batch granularity) or
             ``"image"`` (one k per image); k is uniform on the perturbation's domain.
         trainable: ``"all"`` | ``"norm_only"`` | ``"last_n_blocks:N"`` (see :func:`select_trainable`).
@@ -124,12 +125,7 @@ class PerturbationRobustFineTune(RepBenchModule):
     ) -> None:
         if not float(lam) >= 0.0:
             raise ValueError(f"lam must be >= 0 (weight of the utility loss), got {lam}")
-        if isinstance(perturbations, str):
-            perturbations = [perturbations]
-        perturbations = list(perturbations)
-        unknown = [p for p in perturbations if p not in PERTURBATIONS]
-        if not perturbations or unknown:
-            raise ValueError(f"perturbations must be a non-empty list from {list(PERTURBATIONS)}, got {perturbations}")
+        perturbations = list(check_perturbation_names(perturbations))  # a single name = a list of one
         if k_sampling not in ("batch", "image"):
             raise ValueError(f"k_sampling must be 'batch' or 'image', got {k_sampling!r}")
         if not float(lr) > 0:

@@ -1,7 +1,11 @@
 """DivergenceRadius and friends (Liu et al., "Robustness of Vision Foundation Models to Common Perturbations",
-arXiv:2604.14973): exact minimum enclosing balls, the three per-image robustness values, the perturbation sweep,
-and ACC_p with its regression. No Lightning imports here (the torchmetrics and callback are thin shells)."""
+arXiv:2604.14973): exact minimum enclosing balls, the three per-image robustness values, the perturbation sweep (its
+specification: :class:`DivergenceRadiusConfig`), ACC_p with its regression, and :func:`compare_backbones` (the
+downstream report of several backbones as one Report). No Lightning imports here (the torchmetrics and callback are
+thin shells)."""
 
+from .compare import compare_backbones
+from .config import DivergenceRadiusConfig
 from .downstream import (
     LinearClassifier,
     ZeroShotClassifier,
@@ -17,10 +21,12 @@ from .metrics import cosine_robustness, divergence_radius, euclidean_robustness,
 from .protocol import SweepOutput, robustness_sweep, sweep_means, sweep_parameters, sweep_sums
 
 __all__ = [
+    "DivergenceRadiusConfig",
     "LinearClassifier",
     "SweepOutput",
     "ZeroShotClassifier",
     "bundled_photos",
+    "compare_backbones",
     "cosine_robustness",
     "divergence_radius",
     "euclidean_robustness",

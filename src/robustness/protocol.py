@@ -17,16 +17,18 @@ from __future__ import annotations
 
 import math
 import zlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import Tensor
 
 from ..features import as_extractor
-from ..perturbations import PERTURBATIONS, parameter_grid, perturb
+from ..perturbations import parameter_grid, perturb
 from ..utils.distributed import Reduce, Shard, no_reduce
 from ..utils.numerics import mix_seed
+from .config import DivergenceRadiusConfig
 from .metrics import cosine_robustness, divergence_radius
 
 __all__ = [
@@ -44,26 +46,23 @@ def _name_key(name: str) -> int:
     return zlib.crc32(name.encode())
 
 
-def sweep_parameters(names: Sequence[str], m: int, mode: str = "equal", seed: int = 0) -> dict[str, Tensor]:
-    """The m parameters of every perturbation: equally spaced, or (``mode="random"``) uniform draws seeded by
-    (seed, perturbation name), shared by all images of the sweep."""
+def sweep_parameters(
+    names: Sequence[str] | None = None,
+    m: int | None = None,
+    mode: str | None = None,
+    seed: int | None = None,
+    *,
+    config: DivergenceRadiusConfig | Mapping[str, Any] | None = None,
+) -> dict[str, Tensor]:
+    """The m parameters of every perturbation of ``config`` (arguments that are not None override its fields):
+    equally spaced, or (``mode="random"``) uniform draws seeded by (seed, perturbation name), shared by all images
+    of the sweep."""
+    cfg = DivergenceRadiusConfig.merged(config, perturbations=names, m=m, mode=mode, seed=seed)
     out = {}
-    for name in names:
-        g = torch.Generator().manual_seed(mix_seed(seed, _name_key(name))) if mode == "random" else None
-        out[name] = parameter_grid(name, m, mode=mode, generator=g)
+    for name in cfg.perturbations:
+        g = torch.Generator().manual_seed(mix_seed(cfg.seed, _name_key(name))) if cfg.mode == "random" else None
+        out[name] = parameter_grid(name, cfg.m, mode=cfg.mode, generator=g)
     return out
-
-
-def _check_names(perturbations: Sequence[str] | None) -> tuple[str, ...]:
-    names = tuple(PERTURBATIONS) if perturbations is None else tuple(perturbations)
-    if not names:
-        raise ValueError("perturbations must name at least one perturbation (or be None for all nine)")
-    unknown = [n for n in names if n not in PERTURBATIONS]
-    if unknown:
-        raise ValueError(f"unknown perturbation(s) {unknown}; known: {', '.join(PERTURBATIONS)}")
-    if len(set(names)) != len(names):
-        raise ValueError(f"perturbations must be distinct, got {list(names)}")
-    return names
 
 
 @dataclass
@@ -96,30 +95,32 @@ def _finite(z: Tensor, what: str, n: int) -> Tensor:
 def robustness_sweep(
     images: Tensor,
     feature_fn: Callable[[Tensor], Tensor],
+    config: DivergenceRadiusConfig | Mapping[str, Any] | None = None,
     *,
     perturbations: Sequence[str] | None = None,
-    m: int = 5,
-    mode: str = "equal",
-    seed: int = 0,
+    m: int | None = None,
+    mode: str | None = None,
+    seed: int | None = None,
     labels: Tensor | None = None,
     classifier: Callable[[Tensor], Tensor] | None = None,
-    chunk_size: int = 16,
+    chunk_size: int | None = None,
     shard: Shard = Shard(),
     device: str | torch.device | None = None,
     max_batch: int = 256,
 ) -> SweepOutput:
     """Run the sweep on this shard's chunks of ``images`` (N, 3, H, W) in [0, 1] (see module docstring).
 
+    ``config``: the sweep (:class:`~src.robustness.config.DivergenceRadiusConfig`, a mapping of its fields, or None
+    for its defaults); ``perturbations``, ``m``, ``mode``, ``seed``, ``chunk_size`` override its fields when not None.
     ``feature_fn``: (B, 3, H, W) -> (B, D) (a Backbone's ``embed``, or a FeatureExtractor); it runs through
     :class:`~src.features.FeatureExtractor` under inference mode in the caller's train/eval mode.
     ``classifier``: (B, D) embeddings -> (B, C) scores (a linear probe, or zero-shot text weights); with ``labels``
     (N,) it gives ACC_p and the clean correctness.
     """
-    names = _check_names(perturbations)
-    if isinstance(m, bool) or not isinstance(m, int) or m < 1:
-        raise ValueError(f"m must be a positive integer (perturbed versions per image), got {m!r}")
-    if chunk_size < 1:
-        raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
+    cfg = DivergenceRadiusConfig.merged(
+        config, perturbations=perturbations, m=m, mode=mode, seed=seed, chunk_size=chunk_size
+    )
+    names, m, chunk_size, seed = cfg.perturbations, cfg.m, cfg.chunk_size, cfg.seed
     if not isinstance(images, Tensor) or images.dim() != 4 or images.shape[1] != 3:
         shape = tuple(images.shape) if isinstance(images, Tensor) else type(images).__name__
         raise ValueError(f"images must be a (N, 3, H, W) tensor in [0, 1], got {shape}")
@@ -127,7 +128,7 @@ def robustness_sweep(
         raise ValueError("ACC_p needs both labels and classifier (or neither)")
     if labels is not None and labels.shape != (images.shape[0],):
         raise ValueError(f"labels must have shape ({images.shape[0]},), got {tuple(labels.shape)}")
-    params = sweep_parameters(names, m, mode, seed)
+    params = sweep_parameters(config=cfg)
     extract = as_extractor(feature_fn, device=device, max_batch=max_batch)
     n_img, P = images.shape[0], len(names)
     chunks = [c for c in shard.indices(math.ceil(n_img / chunk_size))]

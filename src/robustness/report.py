@@ -1,17 +1,15 @@
 """Downstream report: per-image R_dr / R_cs, ACC_p and the robustness → ACC_p regression (Liu et al.,
 arXiv:2604.14973, §5; Figs. 5 and 10), for one backbone on labelled images (digits by default, offline).
 
-``robustness_report(...)`` returns a :class:`RobustnessReport`; ``write(out_dir)`` writes ``summary.md`` (the table),
-``summary.json``, ``per_image.csv`` and the figures ``acc_p_vs_divergence_radius.png`` (Fig. 5),
-``acc_p_vs_cosine_robustness.png`` (Fig. 17) and ``regression_mse.png`` (Fig. 10).
+``robustness_report(...)`` returns a :class:`RobustnessReport` (its table, JSON payload and figures);
+:func:`src.robustness.compare.compare_backbones` runs it for several backbones and returns one
+:class:`~src.utils.report_writer.Report` (``divergence_radius.{md,csv,json}``, ``per_image.csv``, figures).
 """
 
 from __future__ import annotations
 
-import csv
-import json
 import numbers
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,6 +18,7 @@ import torch
 from torch import Tensor
 
 from ..features import FeatureExtractor
+from .config import DivergenceRadiusConfig
 from .downstream import fit_line, fit_linear_probe, open_clip_zero_shot, regression_mse
 from .protocol import SweepOutput, robustness_sweep
 
@@ -52,7 +51,7 @@ def drop_correlations(rows: Sequence[dict[str, Any]], clean_accuracy: float) -> 
 
 @dataclass
 class RobustnessReport:
-    """Per-image values (``sweep``) and per-perturbation summary rows."""
+    """Per-image values (``sweep``) and per-perturbation summary rows of one backbone, and the sweep's ``config``."""
 
     backbone: str
     classifier: str
@@ -60,6 +59,7 @@ class RobustnessReport:
     sweep: SweepOutput
     rows: list[dict[str, Any]] = field(default_factory=list)
     order: Tensor | None = None  # the (seeded) image order of the regression halves
+    config: DivergenceRadiusConfig | None = None
 
     def markdown(self) -> str:
         head = (
@@ -119,7 +119,7 @@ class RobustnessReport:
         return out
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out = {
             "backbone": self.backbone,
             "classifier": self.classifier,
             "clean_accuracy": self.clean_accuracy,
@@ -127,32 +127,32 @@ class RobustnessReport:
             "rows": self.rows,
             "drop_correlations": drop_correlations(self.rows, self.clean_accuracy),
         }
-
-    def write(self, out_dir: str | Path) -> Path:
-        out = Path(out_dir)
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "summary.md").write_text(self.markdown())
-        (out / "summary.json").write_text(json.dumps(self.to_dict(), indent=1))
-        with open(out / "per_image.csv", "w", newline="") as f:
-            w = csv.writer(f)
-            w.writerow(["image", "perturbation", "r_dr", "r_cs", "acc_p"])
-            for i in range(self.sweep.r_dr.shape[0]):
-                for j, name in enumerate(self.sweep.names):
-                    w.writerow(
-                        [
-                            int(self.sweep.index[i]),
-                            name,
-                            f"{float(self.sweep.r_dr[i, j]):.6g}",
-                            f"{float(self.sweep.r_cs[i, j]):.6g}",
-                            f"{float(self.sweep.acc_p[i, j]):.6g}",
-                        ]
-                    )
-        import matplotlib.pyplot as plt
-
-        for fname, fig in self.figures().items():
-            fig.savefig(out / fname, dpi=110, bbox_inches="tight")
-            plt.close(fig)
+        if self.config is not None:
+            out["config"] = self.config.to_dict()
         return out
+
+    def per_image(self) -> list[dict[str, Any]]:
+        """One row per (image, perturbation): image (its index in the test images), perturbation, r_dr, r_cs,
+        acc_p (float64 values as Python floats)."""
+        s = self.sweep
+        return [
+            {
+                "image": int(s.index[i]),
+                "perturbation": name,
+                "r_dr": float(s.r_dr[i, j]),
+                "r_cs": float(s.r_cs[i, j]),
+                "acc_p": float(s.acc_p[i, j]),
+            }
+            for i in range(s.r_dr.shape[0])
+            for j, name in enumerate(s.names)
+        ]
+
+    def write(self, out_dir: str | Path) -> dict[str, Path]:
+        """The one-backbone Report written into ``out_dir`` (``divergence_radius.{md,csv,json}``, ``per_image.csv``,
+        the figures; see :func:`src.robustness.compare.divergence_radius_report`)."""
+        from .compare import divergence_radius_report
+
+        return divergence_radius_report({self.backbone or "backbone": self}).write(out_dir)
 
 
 def check_split_sizes(n_train: object, n_test: object, available: int | None = None) -> tuple[int, int]:
@@ -195,22 +195,28 @@ def robustness_report(
     train_labels: Tensor | None,
     test_images: Tensor,
     test_labels: Tensor,
+    config: DivergenceRadiusConfig | Mapping[str, Any] | None = None,
     *,
     backbone_name: str = "",
     classifier: Callable[[Tensor], Tensor] | None = None,
     perturbations: Sequence[str] | None = None,
-    m: int = 5,
-    mode: str = "equal",
-    seed: int = 0,
+    m: int | None = None,
+    mode: str | None = None,
+    seed: int | None = None,
     probe_C: float = 1.0,
-    chunk_size: int = 32,
+    chunk_size: int | None = None,
     device: str | None = None,
     max_batch: int = 256,
 ) -> RobustnessReport:
     """The §5 protocol: a linear probe on clean training features (unless a ``classifier`` such as a zero-shot
-    head is given), the sweep with ACC_p on the test images, and per perturbation the regression test MSE of ACC_p
-    on R_dr and on R_cs (first half of a seeded random order to fit, second half to test; the MSE of the best
-    constant fitted on the first half is the baseline)."""
+    head is given), the sweep of ``config`` (a DivergenceRadiusConfig, a mapping of its fields or None for its
+    defaults; ``perturbations``, ``m``, ``mode``, ``seed``, ``chunk_size`` override its fields when not None) with
+    ACC_p on the test images, and per perturbation the regression test MSE of ACC_p on R_dr and on R_cs (first half
+    of an order seeded by seed + 1 to fit, second half to test; the MSE of the best constant fitted on the first half
+    is the baseline)."""
+    cfg = DivergenceRadiusConfig.merged(
+        config, perturbations=perturbations, m=m, mode=mode, seed=seed, chunk_size=chunk_size
+    )
     if test_images.shape[0] < 2:
         raise ValueError(
             f"robustness_report needs at least 2 test images (the regression fits on one half and scores the "
@@ -224,19 +230,9 @@ def robustness_report(
         classifier = fit_linear_probe(extract(train_images).cpu(), train_labels, C=probe_C)
         if device is not None:
             classifier = classifier.to(device)
-    sweep = robustness_sweep(
-        test_images,
-        extract,
-        perturbations=perturbations,
-        m=m,
-        mode=mode,
-        seed=seed,
-        labels=test_labels,
-        classifier=classifier,
-        chunk_size=chunk_size,
-    )
+    sweep = robustness_sweep(test_images, extract, cfg, labels=test_labels, classifier=classifier)
     n = sweep.r_dr.shape[0]
-    order = torch.randperm(n, generator=torch.Generator().manual_seed(seed + 1))
+    order = torch.randperm(n, generator=torch.Generator().manual_seed(cfg.seed + 1))
     rows = []
     for j, name in enumerate(sweep.names):
         acc = sweep.acc_p[order, j]
@@ -259,7 +255,7 @@ def robustness_report(
                 "mse_constant": mse_const,
             }
         )
-    return RobustnessReport(backbone_name, kind, float(sweep.clean_correct.mean()), sweep, rows, order)
+    return RobustnessReport(backbone_name, kind, float(sweep.clean_correct.mean()), sweep, rows, order, cfg)
 
 
 def zero_shot_for(backbone_name: str, class_names: Sequence[str], pretrained: str | None = None, **kw: Any):

@@ -118,11 +118,37 @@ def test_probe_sources_and_feature_fn() -> None:
 
 
 def test_code_defaults_equal_yaml() -> None:
+    """Every YAML value equals the code default; a None default of a sweep field means the DivergenceRadiusConfig's
+    value (perturbations: None = all nine on both sides)."""
+    from src.robustness import DivergenceRadiusConfig
+
     cfg = yaml.safe_load((ROOT / "configs/callbacks/divergence_radius.yaml").read_text())["divergence_radius"]
     params = inspect.signature(DivergenceRadiusCallback).parameters
+    sweep = DivergenceRadiusConfig()
     for key, value in cfg.items():
-        if key != "_target_":
-            assert params[key].default == value, key
+        if key == "_target_":
+            continue
+        default = params[key].default
+        if default is None and key in ("m", "mode", "seed", "chunk_size"):
+            default = getattr(sweep, key)
+        assert default == value, key
+
+
+def test_sweep_comes_from_the_config() -> None:
+    """config= sets the sweep, keyword arguments override it, and the checkpoint identity is the config's fields."""
+    from src.robustness import DivergenceRadiusConfig
+
+    cb = DivergenceRadiusCallback(config={"m": 3, "perturbations": ["fog"]}, seed=7)
+    assert cb.config == DivergenceRadiusConfig(perturbations=("fog",), m=3, seed=7)
+    assert (cb.m, cb.names, cb.seed, cb.mode, cb.chunk_size) == (3, ("fog",), 7, "equal", 16)
+    assert cb._identity() == {
+        "perturbations": ["fog"], "m": 3, "mode": "equal", "seed": 7, "chunk_size": 16, "num_images": 32,
+        "image_size": 64, "source": "auto",
+    }  # fmt: skip
+    with pytest.raises(ValueError, match=r"m must be a positive integer \(perturbed versions per image"):
+        DivergenceRadiusCallback(m=0)
+    with pytest.raises(ValueError, match=r"mode must be 'equal' or 'random'"):
+        DivergenceRadiusCallback(mode="grid")
 
 
 # ---------------------------------------------------------------- DDP
