@@ -9,6 +9,7 @@ with a YAML config.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import inspect
 import math
@@ -34,6 +35,16 @@ def _attr(path: str) -> Callable[[], Any]:
         module, _, name = path.partition(":")
         value = getattr(importlib.import_module(module), name)
         return value() if callable(value) else value
+
+    return get
+
+
+def _field(path: str, name: str) -> Callable[[], Any]:
+    """Lazy default of field ``name`` of the dataclass ``module:Class`` (what a None argument stands for)."""
+
+    def get() -> Any:
+        module, _, cls = path.partition(":")
+        return getattr(getattr(importlib.import_module(module), cls)(), name)
 
     return get
 
@@ -77,7 +88,14 @@ CASES = [
         ["callbacks=synbench"],
         effective={"config": _attr("src.callbacks.synbench_callback:callback_budget")},
     ),
-    Case("src.callbacks:DivergenceRadiusCallback", "callbacks/divergence_radius.yaml", "callbacks.divergence_radius"),
+    Case(
+        "src.callbacks:DivergenceRadiusCallback",
+        "callbacks/divergence_radius.yaml",
+        "callbacks.divergence_radius",
+        effective={
+            k: _field("src.robustness.config:DivergenceRadiusConfig", k) for k in ("m", "mode", "seed", "chunk_size")
+        },
+    ),
     Case(
         "src.callbacks:TaskPriorCallback", "callbacks/task_prior.yaml", "callbacks.task_prior", ["callbacks=task_prior"]
     ),
@@ -188,3 +206,66 @@ def test_backbone_defaults(case: Case) -> None:
         return
     yaml = _composed(case)["backbone"]
     assert _same_backbone(code, yaml), (code, yaml)
+
+
+@dataclass
+class CliBlock:
+    """Keys of a CLI's own config (``configs/<yaml>``, composed as the CLI composes it) that repeat the defaults of
+    ``target``: a dataclass (its field defaults; every key of the block must be a field) or a function (its parameter
+    defaults; other keys are the CLI's own)."""
+
+    yaml: str
+    node: str  # the block ("" = the top-level keys)
+    target: str  # "module:name"
+    differ: dict[str, str] = field(default_factory=dict)  # keys set to another value on purpose: why
+    effective: dict[str, Callable[[], Any]] = field(default_factory=dict)  # param -> what a None default means
+
+
+def _item(path: str, key: str) -> Callable[[], Any]:
+    """Lazy ``module:MAPPING[key]``."""
+    return lambda: _attr(path)()[key]
+
+
+CLI_BLOCKS = [
+    CliBlock(
+        "robustness.yaml",
+        "divergence_radius",
+        "src.robustness.config:DivergenceRadiusConfig",
+        differ={"chunk_size": "32: the chunking of the run quoted in docs/divergence_radius.md (chunks seed draws)"},
+    ),
+    CliBlock(
+        "robustness.yaml",
+        "",
+        "src.robustness.compare:compare_backbones",
+        effective={k: _item("src.robustness.compare:DIGITS_SPLIT", k) for k in ("image_size", "n_train", "n_test")},
+    ),
+]
+
+
+@pytest.mark.parametrize("block", CLI_BLOCKS, ids=lambda b: f"{b.yaml}:{b.node or 'top'}")
+def test_cli_config_defaults_equal_the_code(block: CliBlock) -> None:
+    module, _, name = block.target.partition(":")
+    target = getattr(importlib.import_module(module), name)
+    if dataclasses.is_dataclass(target):
+        code = {f.name: f.default for f in dataclasses.fields(target) if f.default is not dataclasses.MISSING}
+    else:
+        params = inspect.signature(target).parameters.values()
+        code = {p.name: p.default for p in params if p.default is not inspect.Parameter.empty}
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(version_base="1.3", config_dir=str(CONFIGS)):
+        cfg = compose(config_name=block.yaml)
+    GlobalHydra.instance().clear()
+    node = OmegaConf.select(cfg, block.node) if block.node else cfg
+    if dataclasses.is_dataclass(target):
+        unknown = sorted(set(node) - set(code))
+        assert not unknown, f"configs/{block.yaml}: {block.node} keys {unknown} are not fields of {block.target}"
+    differ = {}
+    for key, default in code.items():
+        if key not in node or key in block.differ:
+            continue
+        if default is None and key in block.effective:
+            default = block.effective[key]()
+        value = OmegaConf.to_container(node[key]) if OmegaConf.is_config(node[key]) else node[key]
+        if not _equal(default, value):
+            differ[key] = (default, value)
+    assert not differ, f"{block.target}: code default != configs/{block.yaml} for {differ} (code, yaml)"

@@ -48,7 +48,13 @@ SYNBENCH_TINY = SYNBENCH + [
     "synbench.eps=[0.0,0.4]",
     "synbench.a_T=[0.7]",
 ]
-ROBUSTNESS = ["backbone=timm_tiny_random", "image_size=16", "m=1", "perturbations=[brightness]", "chunk_size=4"]
+ROBUSTNESS = [
+    'backbones=[{name: "timm:test_efficientnet", pretrained: false}]',
+    "image_size=16",
+    "divergence_radius.m=1",
+    "divergence_radius.perturbations=[brightness]",
+    "divergence_radius.chunk_size=4",
+]
 TASKPRIOR = [
     'backbones=[{name: "timm:test_vit", pretrained: false}]',
     'task_prior.prior_backbone={name: "timm:test_efficientnet", pretrained: false}',

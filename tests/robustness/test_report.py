@@ -16,31 +16,46 @@ def test_report_cli_writes_tables_and_figures(tmp_path: Path) -> None:
     from src.robustness.__main__ import run
 
     overrides = [
-        "backbone=timm_tiny_random",
+        'backbones=[{name: "timm:test_efficientnet", pretrained: false}]',
         f"paths.output_dir={tmp_path}",
         "image_size=32",
         "n_train=60",
         "n_test=8",
-        "m=2",
-        "perturbations=[brightness,gaussian_noise]",
-        "chunk_size=4",
+        "divergence_radius.m=2",
+        "divergence_radius.perturbations=[brightness,gaussian_noise]",
+        "divergence_radius.chunk_size=4",
     ]
     with initialize_config_dir(str(ROOT / "configs"), version_base="1.3"):
         cfg = compose("robustness.yaml", overrides=overrides)
     out = run(cfg)
-    summary = json.loads((out / "summary.json").read_text())
+    summary = json.loads((out / "divergence_radius.json").read_text())["timm:test_efficientnet"]
     assert [r["perturbation"] for r in summary["rows"]] == ["brightness", "gaussian_noise"]
+    assert summary["config"] == {
+        "perturbations": ["brightness", "gaussian_noise"],
+        "m": 2,
+        "mode": "equal",
+        "seed": 0,
+        "chunk_size": 4,
+    }
     for r in summary["rows"]:
         assert 0 <= r["mean_r_dr"] <= 1 and 0 <= r["mean_acc_p"] <= 1 and r["mse_r_dr"] >= 0
-    for name in ("summary.md", "per_image.csv", "acc_p_vs_divergence_radius.png", "regression_mse.png"):
-        assert (out / name).stat().st_size > 0
+    for name in (
+        "divergence_radius.md", "divergence_radius.csv", "per_image.csv", "acc_p_vs_divergence_radius.png",
+        "acc_p_vs_cosine_robustness.png", "regression_mse.png", "r_dr_by_perturbation.png",
+    ):  # fmt: skip
+        assert (out / name).stat().st_size > 0, name
     assert len((out / "per_image.csv").read_text().splitlines()) == 1 + 8 * 2
+    assert len((out / "divergence_radius.csv").read_text().splitlines()) == 1 + 2
 
 
 def test_config_defaults_are_the_papers() -> None:
+    from src.robustness import DivergenceRadiusConfig
+
     with initialize_config_dir(str(ROOT / "configs"), version_base="1.3"):
         cfg = compose("robustness.yaml", overrides=["paths.output_dir=."])
-    assert cfg.m == 5 and cfg.mode == "equal" and list(cfg.templates) == ["a photo of a {c}."]
+    assert cfg.divergence_radius.m == 5 and cfg.divergence_radius.mode == "equal"
+    assert list(cfg.templates) == ["a photo of a {c}."]
+    assert DivergenceRadiusConfig().m == 5 and DivergenceRadiusConfig().mode == "equal"
 
 
 def test_table7_drop_correlation_equals_numpy_and_is_undefined_below_three():
