@@ -2,7 +2,7 @@
 
 Layers, lowest first (a subpackage may import its own layer's lower neighbours named in ALLOWED, never above):
 utils -> backbones, features, perturbations, attacks -> synbench, robustness, taskprior (the three cores, no
-Lightning data modules) -> data -> metrics -> callbacks -> models -> train / eval / hydra_callbacks (entry points).
+Lightning data modules) -> data -> metrics -> callbacks -> models -> train / eval / hydra_callbacks / report (entry points).
 The package root (``src/__init__.py``: the installed name and the repository alias) imports nothing of ours and may be
 imported by anyone.
 """
@@ -32,6 +32,8 @@ ALLOWED: dict[str, set[str]] = {
     "train": {"utils", "backbones", "callbacks", "models", "data"},
     "eval": {"utils", "attacks", "models", "data"},
     "hydra_callbacks": {"utils", "taskprior"},
+    # the audit report over every method (python -m src.report): an entry point
+    "report": {"utils", "backbones", "features", "attacks", "synbench", "robustness", "taskprior", "data", "models"},
 }
 
 
