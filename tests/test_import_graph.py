@@ -2,7 +2,7 @@
 
 Layers, lowest first (a subpackage may import its own layer's lower neighbours named in ALLOWED, never above):
 utils -> backbones, features, perturbations, attacks -> synbench, robustness, taskprior (the three cores, no
-Lightning data modules) -> data -> metrics -> callbacks -> models -> train / eval / hydra_callbacks / report (entry points).
+Lightning data modules), baselines -> data -> metrics -> callbacks -> models -> train / eval / hydra_callbacks / report (entry points).
 The package root (``src/__init__.py``: the installed name and the repository alias) imports nothing of ours and may be
 imported by anyone.
 """
@@ -25,15 +25,28 @@ ALLOWED: dict[str, set[str]] = {
     "synbench": {"utils", "backbones", "features"},
     "robustness": {"utils", "backbones", "features", "perturbations"},
     "taskprior": {"utils", "backbones", "features"},
+    # task-agnostic baseline scores (LogME, SFDA, RankMe, alpha-ReQ, loss-data curves) on SynBench's proxy task
+    "baselines": {"utils", "features", "synbench"},
     "data": {"utils", "synbench"},
-    "metrics": {"utils", "features", "synbench", "robustness", "taskprior"},
+    "metrics": {"utils", "features", "synbench", "robustness", "taskprior", "baselines"},
     "callbacks": {"utils", "backbones", "features", "perturbations", "synbench", "robustness", "taskprior", "metrics"},
     "models": {"utils", "backbones", "features", "perturbations", "attacks", "synbench", "taskprior", "metrics"},
     "train": {"utils", "backbones", "callbacks", "models", "data"},
     "eval": {"utils", "attacks", "models", "data"},
     "hydra_callbacks": {"utils", "taskprior"},
     # the audit report over every method (python -m src.report): an entry point
-    "report": {"utils", "backbones", "features", "attacks", "synbench", "robustness", "taskprior", "data", "models"},
+    "report": {
+        "utils",
+        "backbones",
+        "features",
+        "attacks",
+        "synbench",
+        "robustness",
+        "taskprior",
+        "baselines",
+        "data",
+        "models",
+    },
 }
 
 
