@@ -56,10 +56,7 @@ def run(cfg: DictConfig) -> Path:
     from .compare import check_comparison, compare_backbones
 
     args = comparison_arguments(cfg)
-    check_comparison(
-        args["backbones"], args["config"], classifier=args["classifier"], image_size=args["image_size"],
-        n_train=args["n_train"], n_test=args["n_test"],
-    )  # fmt: skip
+    check_comparison(**{k: v for k, v in args.items() if k not in ("templates", "probe_C")})
     out = check_writable_dir(cfg.paths.output_dir, OUTPUT_DIR_FIX)
     keep_freed_memory()  # reuse freed activation memory (docs/speed.md), as every CLI does
     t0 = time.perf_counter()

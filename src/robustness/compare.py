@@ -1,8 +1,8 @@
 """Comparing backbones with DivergenceRadius (Liu et al., "Robustness of Vision Foundation Models to Common
-Perturbations", arXiv:2604.14973, §5): the per-backbone downstream report (:func:`~src.robustness.report.
-robustness_report`: linear probe or zero-shot head, the sweep with ACC_p, the robustness → ACC_p regression) for every
-backbone under one :class:`~src.robustness.config.DivergenceRadiusConfig`, gathered into one
-:class:`~src.utils.report_writer.Report` (``method="divergence_radius"``), the shape every method's
+Perturbations", arXiv:2604.14973, §5): the per-backbone downstream report
+(:func:`~src.robustness.report.robustness_report`: linear probe or zero-shot head, the sweep with ACC_p, the robustness
+→ ACC_p regression) for every backbone under one :class:`~src.robustness.config.DivergenceRadiusConfig`, gathered
+into one :class:`~src.utils.report_writer.Report` (``method="divergence_radius"``), the shape every method's
 ``compare_backbones`` returns.
 
 Files of ``Report.write(out)``: ``divergence_radius.md`` (a cross-backbone summary table, then each backbone's
@@ -92,13 +92,15 @@ def check_comparison(
     train_images: Tensor | None = None,
     train_labels: Tensor | None = None,
     classifier: str = "linear",
+    class_names: Sequence[str] | None = None,
     image_size: int | None = None,
     n_train: int | None = None,
     n_test: int | None = None,
 ) -> Plan:
     """Every check of :func:`compare_backbones` that needs no backbone (the CLI runs it before its output-folder
-    check): the backbone list and labels, the config, the classifier (zero-shot needs ``open_clip:`` backbones), and
-    either the digits split sizes or the given images and labels. ValueErrors name the argument and the fix."""
+    check): the backbone list and labels, the config, the classifier (zero-shot needs ``open_clip:`` backbones and a
+    class name per label), and either the digits split sizes or the given images and labels. ValueErrors name the
+    argument and the fix."""
     from ..utils.digits import check_image_size
 
     specs = backbone_list(backbones)
@@ -135,6 +137,7 @@ def check_comparison(
             raise ValueError(
                 f"classifier=linear fits a probe on n_train clean images: n_train must be >= 2, got {digits['n_train']}"
             )
+        _check_class_names(classifier, class_names, len(DIGIT_NAMES) - 1)
         return Plan(specs, names, cfg, digits)
     given = {"image_size": image_size, "n_train": n_train, "n_test": n_test}
     if any(v is not None for v in given.values()):
@@ -154,7 +157,21 @@ def check_comparison(
             raise ValueError("train_labels hold a single class; a linear probe needs at least two")
     elif train_images is not None or train_labels is not None:
         raise ValueError("train_images= / train_labels= train the linear probe; classifier='zero_shot' uses none")
+    _check_class_names(classifier, class_names, int(labels.max()) if labels.numel() else 0)
     return Plan(specs, names, cfg, None)
+
+
+def _check_class_names(classifier: str, class_names: Sequence[str] | None, top_label: int) -> None:
+    """Zero-shot scores one prompt per class name (label i = class_names[i]): a label without a name would count as
+    misclassified on every version, silently; refused."""
+    if classifier != "zero_shot":
+        return
+    n = len(DIGIT_NAMES if class_names is None else class_names)
+    if top_label >= n:
+        raise ValueError(
+            f"classifier='zero_shot' scores one prompt per class name, but the labels go up to {top_label} and "
+            f"class_names has {n} name(s); pass one name per class (label i is class_names[i])"
+        )
 
 
 def _check_labelled(x: Tensor, y: Tensor | None, name: str, label_name: str, *, at_least: int, why: str) -> None:
@@ -166,6 +183,8 @@ def _check_labelled(x: Tensor, y: Tensor | None, name: str, label_name: str, *, 
     if not isinstance(y, Tensor) or y.shape != (n,) or y.is_floating_point() or y.is_complex():
         got = f"shape {tuple(y.shape)} {y.dtype}" if isinstance(y, Tensor) else type(y).__name__
         raise ValueError(f"{label_name} must be an integer tensor of shape ({n},) (one class per image), got {got}")
+    if n and int(y.min()) < 0:
+        raise ValueError(f"{label_name} must be class indices >= 0, got {int(y.min())}")
 
 
 def _progress_lines(progress: bool | Callable[[str], None]) -> Callable[[str], None] | None:
@@ -215,7 +234,7 @@ def compare_backbones(
     """
     plan = check_comparison(
         backbones, config, images=images, labels=labels, train_images=train_images, train_labels=train_labels,
-        classifier=classifier, image_size=image_size, n_train=n_train, n_test=n_test,
+        classifier=classifier, class_names=class_names, image_size=image_size, n_train=n_train, n_test=n_test,
     )  # fmt: skip
     cfg, say = plan.config, _progress_lines(progress)
     if len(plan.specs) > 1:
@@ -290,9 +309,10 @@ def comparison_markdown(results: Mapping[str, RobustnessReport]) -> str:
     ]
     for label, rep in results.items():
         s = _summary(rep)
+        r_dr, r_cs = fmt(s["pearson_r_dr_vs_drop"], ".2f"), fmt(s["pearson_r_cs_vs_drop"], ".2f")
         lines.append(
             f"| {label} | {s['classifier']} | {s['clean_accuracy']:.3f} | {s['mean_r_dr']:.4f} | {s['mean_r_cs']:.4f} "
-            f"| {s['mean_acc_p']:.3f} | {fmt(s['pearson_r_dr_vs_drop'], '.2f')} | {fmt(s['pearson_r_cs_vs_drop'], '.2f')} |"
+            f"| {s['mean_acc_p']:.3f} | {r_dr} | {r_cs} |"
         )
     parts = ["\n".join(lines) + "\n"]
     parts += [f"## {label}\n\n{rep.markdown()}" for label, rep in results.items()]

@@ -103,6 +103,8 @@ def test_issue14_every_check_before_a_backbone_is_built(no_build) -> None:
         (dict(config={"k": 1}), ValueError, r"config \['k'\] is not DivergenceRadiusConfig field"),
         (dict(classifier="svm"), ValueError, r"classifier must be 'linear' .* or 'zero_shot'"),
         (dict(classifier="zero_shot"), ValueError, r"zero_shot' needs open_clip backbones .*\['timm:test_vit'\]"),
+        (dict(backbones=["open_clip:ViT-B-32"], classifier="zero_shot", class_names=["zero", "one"]), ValueError,
+         r"labels go up to 9 and class_names has 2 name\(s\); pass one name per class"),
         (dict(image_size=8), ValueError, r"image_size must be >= 16 \(the perturbations need a margin\), got 8"),
         (dict(n_test=1), ValueError, r"n_test must be >= 2, got 1"),
         (dict(n_train=1), ValueError, r"n_train must be >= 2, got 1"),
@@ -114,6 +116,8 @@ def test_issue14_every_check_before_a_backbone_is_built(no_build) -> None:
          r"labels must be an integer tensor of shape \(4,\)"),
         (dict(images=torch.rand(4, 3, 16, 16), labels=torch.zeros(4, dtype=torch.long)), ValueError,
          r"pass train_images= and train_labels="),
+        (dict(images=torch.rand(4, 3, 16, 16), labels=torch.tensor([0, 1, -1, 0])), ValueError,
+         r"labels must be class indices >= 0, got -1"),
     ]  # fmt: skip
     for kwargs, exc, match in cases:
         args = {"backbones": ["timm:test_vit"], **kwargs}
