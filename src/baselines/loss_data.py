@@ -42,6 +42,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from ..utils.threads import torch_threads
 from ._checks import F64, check_count, check_features, check_labels, check_real
 
 __all__ = [
@@ -123,10 +124,13 @@ def log_grid(n_max: int, n_points: int = 10, start: int = 10) -> tuple[int, ...]
     return tuple(sorted(sizes | {n_max}))
 
 
-def fit_logistic(x: Tensor, y: Tensor, num_classes: int, *, l2: float = 1e-3, max_iter: int = 1000) -> Predictor:
+def fit_logistic(
+    x: Tensor, y: Tensor, num_classes: int, *, l2: float = 1e-3, max_iter: int = 1000, threads: int | None = 1
+) -> Predictor:
     """The default probe: multinomial logistic regression with the penalty l2/2·(‖W‖² + ‖b‖²), full-batch L-BFGS
     (strong Wolfe) in float64 to a gradient norm ≤ 1e-8 (a RuntimeWarning names ``max_iter`` otherwise). Returns
-    x ↦ log-probabilities."""
+    x ↦ log-probabilities. ``threads``: torch CPU threads during the fit (1, default: its many small products run
+    up to 100x slower with 2 threads on a busy CPU; None leaves torch's setting)."""
     x = x.to(F64)
     w = torch.zeros(x.shape[1], num_classes, dtype=F64, device=x.device, requires_grad=True)
     b = torch.zeros(num_classes, dtype=F64, device=x.device, requires_grad=True)
@@ -146,7 +150,7 @@ def fit_logistic(x: Tensor, y: Tensor, num_classes: int, *, l2: float = 1e-3, ma
         loss.backward()
         return loss
 
-    with torch.enable_grad():
+    with torch.enable_grad(), torch_threads(threads):
         opt.step(objective)
         objective()
     grad = max(float(w.grad.abs().max()), float(b.grad.abs().max()))

@@ -27,6 +27,7 @@ from ..synbench.config import SynBenchConfig
 from ..synbench.plan import SamplingPlan
 from ..synbench.protocol import frozen, make_extract
 from ..synbench.runner import sampling_device
+from ..utils.threads import torch_threads
 from ._checks import check_features, check_labels, check_real
 from .logme import logme
 from .loss_data import eps_sample_complexity, loss_data_curve, mdl, sdl, val_loss
@@ -77,10 +78,11 @@ class BaselineScores(dict):
         self.lower_bounds = frozenset(lower_bounds)
 
 
-def _timed(seconds: dict[str, float], name: str, fn: Callable[[], Any]) -> Any:
-    t0 = time.perf_counter()
-    out = fn()
-    seconds[name] = time.perf_counter() - t0
+def _timed(seconds: dict[str, float], name: str, fn: Callable[[], Any], threads: int | None) -> Any:
+    with torch_threads(threads):
+        t0 = time.perf_counter()
+        out = fn()
+        seconds[name] = time.perf_counter() - t0
     return out
 
 
@@ -96,10 +98,13 @@ def baseline_scores(
     mdl_convention: str = "online",
     units: str = "nats",
     curve_sizes: Sequence[int] | None = None,
+    threads: int | None = 1,
 ) -> BaselineScores:
     """Every baseline in ``which`` on one task: LogME, SFDA, RankMe and α-ReQ on the training set; the loss-data
     curve trained on the training set and validated on the test set (val loss, MDL, SDL and ε-SC at each ε of
-    ``eps``; the paper's Table 7 uses ε = 1). See :class:`BaselineScores`."""
+    ``eps``; the paper's Table 7 uses ε = 1). ``threads``: torch CPU threads while scoring (1, default, as
+    SynBench's ``linalg_threads``: robust on a busy CPU, and the timings compare like with like; None leaves
+    torch's setting). See :class:`BaselineScores`."""
     unknown = sorted(set(which) - set(ALL_BASELINES))
     if unknown or not which:
         raise ValueError(f"which={tuple(which)!r}: unknown {unknown}; choose from {ALL_BASELINES}")
@@ -116,12 +121,13 @@ def baseline_scores(
     }
     for name, fn in single.items():
         if name in which:
-            values[name] = float(_timed(seconds, name, fn))
+            values[name] = float(_timed(seconds, name, fn, threads))
     if any(name in which for name in _CURVE):
         curve = _timed(
             seconds,
             "loss_data_curve",
             lambda: loss_data_curve(z, y, test_z, test_y, sizes=curve_sizes, seed=seed, units=units),
+            threads,
         )
         if "val_loss" in which:
             values["val_loss"] = val_loss(curve)
