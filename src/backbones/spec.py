@@ -14,6 +14,7 @@ __all__ = [
     "BackboneLike",
     "backbone_labels",
     "backbone_list",
+    "check_backbone_spec",
     "check_buildable",
     "backbone_spec",
     "build_backbone",
@@ -23,6 +24,7 @@ __all__ = [
 
 #: what every entry point accepts for a backbone: a Backbone, a registry name, or ``{name: ..., **create_options}``
 BackboneLike = Backbone | str | Mapping[str, Any]
+ONE_FIX = "give a registry name such as embedded:efficientnet_lite0 or {name: ..., **create_backbone options}"
 LIST_FIX = "write backbones as a list of names or {name: ..., **options}, e.g. [embedded:efficientnet_lite0, {name: timm:resnet10t, pretrained: false}]"
 
 
@@ -78,17 +80,26 @@ def backbone_list(value: Any, key: str = "backbones") -> list[Backbone | dict[st
         raise ValueError(f"{key} must be a non-empty list of backbones, got {value!r}; {LIST_FIX}")
     out: list[Backbone | dict[str, Any]] = []
     for i, entry in enumerate(value):
-        if isinstance(entry, Backbone):
-            out.append(entry)
-        elif isinstance(entry, str) and entry:
-            out.append({"name": entry})
-        elif isinstance(entry, Mapping) and isinstance(entry.get("name"), str) and entry["name"]:
-            out.append(plain(entry))
-        else:
+        try:
+            entry = check_backbone_spec(entry, f"{key}[{i}]")
+        except ValueError:
             raise ValueError(
                 f"{key}[{i}] must be a backbone name or {{name: ..., **options}}, got {entry!r}; {LIST_FIX}"
-            )
+            ) from None
+        out.append(
+            entry if isinstance(entry, Backbone) else {"name": entry} if isinstance(entry, str) else plain(entry)
+        )
     return out
+
+
+def check_backbone_spec(value: Any, name: str = "backbone") -> BackboneLike:
+    """``value`` if it names one backbone (a Backbone, a non-empty registry name or a mapping with a non-empty
+    ``name``): the one validator of a backbone entry; a ValueError naming ``name`` and the fix otherwise."""
+    if isinstance(value, Backbone) or (isinstance(value, str) and value):
+        return value
+    if isinstance(value, Mapping) and isinstance(value.get("name"), str) and value["name"]:
+        return value
+    raise ValueError(f"{name} must be one backbone, got {value!r}; {ONE_FIX}")
 
 
 def spec_name(spec: BackboneLike) -> str:

@@ -21,9 +21,10 @@ import lightning as L
 import torch
 from torch import Tensor
 
+from ..backbones.spec import check_backbone_spec
 from ..features import FeatureExtractor
 from ..metrics.task_prior import TaskPriorMoments
-from ..taskprior.config import TaskPriorConfig, check_backbone_spec
+from ..taskprior.config import TaskPriorConfig
 from ..taskprior.conventions import TaskPriorConvention, resolve_convention
 from ..taskprior.validation import check_block_size
 from ..utils.distributed import Shard, all_reduce_sum
@@ -115,7 +116,7 @@ class TaskPriorCallback(BackboneMonitor):
         if prior_backbone is None and prior_features is None:
             raise ValueError("give prior_backbone (a registry name) or prior_features (N, D) for the fixed images")
         if prior_backbone is not None:
-            check_backbone_spec(prior_backbone)
+            check_backbone_spec(prior_backbone, "prior_backbone")
         if int(num_images) < 2:
             raise ValueError(f"num_images must be >= 2, got {num_images}")
         #: T and the scales of the moments, resolved and checked now rather than at the first epoch end

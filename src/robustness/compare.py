@@ -37,6 +37,7 @@ from ..backbones.spec import (
 )
 from ..perturbations import MIN_SIZE
 from ..perturbations.registry import check_perturbable_images
+from ..utils.progress import progress_sink
 from ..utils.report_writer import Report
 from .config import DivergenceRadiusConfig
 from .downstream import DEFAULT_TEMPLATES
@@ -187,13 +188,6 @@ def _check_labelled(x: Tensor, y: Tensor | None, name: str, label_name: str, *, 
         raise ValueError(f"{label_name} must be class indices >= 0, got {int(y.min())}")
 
 
-def _progress_lines(progress: bool | Callable[[str], None]) -> Callable[[str], None] | None:
-    """A ``progress=`` argument as a line sink: True → the ``repbench`` logger, a callable as is, False → None."""
-    if callable(progress):
-        return progress
-    return log.info if progress else None
-
-
 def _pretrained(spec: Any, backbone: Any) -> str | None:
     """The open_clip ``pretrained`` tag or file of a backbone spec (its text tower must load the same weights)."""
     opts = spec if isinstance(spec, Mapping) else getattr(backbone, "spec", None)
@@ -236,7 +230,7 @@ def compare_backbones(
         backbones, config, images=images, labels=labels, train_images=train_images, train_labels=train_labels,
         classifier=classifier, class_names=class_names, image_size=image_size, n_train=n_train, n_test=n_test,
     )  # fmt: skip
-    cfg, say = plan.config, _progress_lines(progress)
+    cfg, say = plan.config, progress_sink(progress)
     if len(plan.specs) > 1:
         check_buildable(plan.specs)  # a missing weight file fails now, not after the first backbones ran
     if plan.digits is not None:

@@ -4,11 +4,11 @@ every method's ``compare_backbones`` returns."""
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ..backbones.spec import BackboneLike, backbone_labels, backbone_list, build_backbone, check_buildable
+from ..utils.progress import progress_sink
 from ..utils.report_writer import Report
 from .config import SynBenchConfig
 from .runner import SynBenchResult, synbench
@@ -16,7 +16,6 @@ from .runner import SynBenchResult, synbench
 __all__ = ["INPUT_SIZE_FIX", "compare_backbones", "comparison_markdown", "comparison_figures", "comparison_report"]
 
 INPUT_SIZE_FIX = "set input_size=null for each backbone's native size, or a size such as 64"
-log = logging.getLogger("repbench")
 
 
 def as_config(config: SynBenchConfig | Mapping[str, Any] | None) -> SynBenchConfig:
@@ -26,13 +25,6 @@ def as_config(config: SynBenchConfig | Mapping[str, Any] | None) -> SynBenchConf
     if not isinstance(config, Mapping):
         raise TypeError(f"config must be a SynBenchConfig or a mapping of its fields, got {type(config).__name__}")
     return SynBenchConfig(**dict(config))
-
-
-def progress_lines(progress: bool | Callable[[str], None]) -> Callable[[str], None] | None:
-    """A ``progress=`` argument as a line sink: True → the ``repbench`` logger, a callable as is, False → None."""
-    if callable(progress):
-        return progress
-    return log.info if progress else None
 
 
 def compare_backbones(
@@ -59,7 +51,7 @@ def compare_backbones(
     specs = backbone_list(backbones)
     labels = backbone_labels(specs)
     cfg = as_config(config)
-    say = progress_lines(progress)
+    say = progress_sink(progress)
     check_buildable(specs)  # a missing weight file fails now, not after the first backbones ran
     results: dict[str, SynBenchResult] = {}
     for label, spec in zip(labels, specs):

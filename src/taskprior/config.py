@@ -17,12 +17,13 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
+from ..backbones.spec import check_backbone_spec
 from .conventions import DEFAULT_CONVENTION, TaskPriorConvention, resolve_convention
 from .moments import DEFAULT_BLOCK_SIZE
 from .probing import DEFAULT_QUANTILES
 from .validation import check_fraction, check_int, check_nonnegative, check_positive, check_quantiles
 
-__all__ = ["CONVENTION_OPTIONS", "TaskPriorConfig", "check_backbone_spec", "task_prior_config"]
+__all__ = ["CONVENTION_OPTIONS", "TaskPriorConfig", "task_prior_config"]
 
 #: the options of a convention that a config (or a module) may override; None = the convention's value
 CONVENTION_OPTIONS = (
@@ -35,20 +36,6 @@ CONVENTION_OPTIONS = (
     "probe_metric",
     "probe_split",
 )
-
-BACKBONE_FIX = "give a registry name such as embedded:efficientnet_lite2 or {name: ..., **create_backbone options}"
-
-
-def check_backbone_spec(value: Any, name: str = "prior_backbone") -> Any:
-    """``value`` if it names one backbone (a Backbone, a non-empty registry name or a mapping with a non-empty
-    ``name``); a ValueError naming ``name`` and the fix otherwise."""
-    from ..backbones import Backbone
-
-    if isinstance(value, Backbone) or (isinstance(value, str) and value):
-        return value
-    if isinstance(value, Mapping) and isinstance(value.get("name"), str) and value["name"]:
-        return value
-    raise ValueError(f"{name} must be one backbone, got {value!r}; {BACKBONE_FIX}")
 
 
 @dataclass(frozen=True)
@@ -97,7 +84,7 @@ class TaskPriorConfig:
             "quantiles": check_quantiles(self.quantiles),
             "seed": check_int(self.seed, "seed", 0),
             "block_size": check_int(self.block_size, "block_size", 1),
-            "prior_backbone": check_backbone_spec(self.prior_backbone),
+            "prior_backbone": check_backbone_spec(self.prior_backbone, "prior_backbone"),
         }
         for name, value in checked.items():
             object.__setattr__(self, name, value)

@@ -29,8 +29,10 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from ..backbones.spec import check_backbone_spec
+from ..utils.progress import progress_sink
 from ..utils.report_writer import Report
-from .config import TaskPriorConfig, check_backbone_spec, task_prior_config
+from .config import TaskPriorConfig, task_prior_config
 from .moments import task_prior_moments
 from .probing import accuracy_summary, evaluate_task_probes, random_split
 from .sampler import sample_task_labels
@@ -136,13 +138,6 @@ def compare_features(
     return rows
 
 
-def _progress_sink(progress: bool | Callable[[str], None]) -> Callable[[str], None] | None:
-    """``progress=``: True -> the ``repbench`` logger, a callable as is, False -> None."""
-    if callable(progress):
-        return progress
-    return log.info if progress else None
-
-
 def _check_images(images: Any) -> Tensor:
     """A floating (N >= 2, C, H, W) tensor of pixel images; else a ValueError naming ``images``."""
     check_tensor(images, "images", "(N, 3, H, W)")
@@ -182,10 +177,10 @@ def compare_backbones(
     specs = backbone_list(backbones)
     labels = backbone_labels(specs)
     cfg = task_prior_config(config)
-    prior_spec = cfg.prior_backbone if prior_backbone is None else check_backbone_spec(prior_backbone)
+    prior_spec = cfg.prior_backbone if prior_backbone is None else check_backbone_spec(prior_backbone, "prior_backbone")
     images = digits_images() if images is None else _check_images(images)
     max_batch = check_int(max_batch, "max_batch", 1)
-    say = _progress_sink(progress)
+    say = progress_sink(progress)
     check_buildable([prior_spec, *specs])  # a missing weight file fails now, not after the first backbones ran
 
     def embed(spec: Any, label: str) -> Tensor:
