@@ -88,17 +88,20 @@ class Agreement:
         return asdict(self)
 
 
-def _verdict(n: int, tau: float, low: float, high: float, p: float, higher_is_better: bool | None) -> str:
-    """A plain-language reading of the numbers (the statistics decide, the text only names what they show)."""
+def _verdict(
+    n: int, tau: float, low: float, high: float, p: float, higher_is_better: bool | None, level: float
+) -> str:
+    """A plain-language reading of the numbers: a score "agrees" (or "ranks against") only when its bootstrap
+    interval excludes 0 AND the permutation p-value is at most 1 − level; otherwise it cannot be told apart from no
+    agreement with this many backbones (the statistics decide, the text only names what they show)."""
     if math.isnan(tau):
         return "undefined (fewer than 3 backbones, or a constant column)"
     sign = 1.0 if higher_is_better in (True, None) else -1.0
     floor = 2.0 / math.factorial(n) if n <= MAX_EXACT else 0.0
-    if low <= 0.0 <= high or math.isnan(low):
-        extra = f"; with {n} backbones no p-value can be below {floor:.3f}" if floor > 0.01 else ""
-        return f"cannot separate from no agreement (interval contains 0, p = {p:.2f}{extra})"
-    agrees = sign * tau > 0
-    what = "agrees with" if agrees else "ranks against"
+    if math.isnan(low) or low <= 0.0 <= high or p > 1 - level:
+        extra = f"; with {n} backbones no p-value can be below {floor:.3f}" if floor > 1 - level else ""
+        return f"cannot separate from no agreement (τ_b {tau:+.2f}, p = {p:.2f}{extra})"
+    what = "agrees with" if sign * tau > 0 else "ranks against"
     return f"{what} the downstream ranking (τ_b {tau:+.2f}, p = {p:.3f})"
 
 
@@ -169,5 +172,5 @@ def agreement(
         p_value=p,
         defined_fraction=len(rs) / max(int(n_boot), 1),
         higher_is_better=higher_is_better,
-        verdict=_verdict(n, tau, t_lo, t_hi, p, higher_is_better),
+        verdict=_verdict(n, tau, t_lo, t_hi, p, higher_is_better, level),
     )

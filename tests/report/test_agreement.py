@@ -51,7 +51,9 @@ def test_perfect_agreement_has_a_degenerate_interval_and_an_honest_verdict() -> 
 
 def test_noise_cannot_be_separated_and_lower_is_better_is_read_the_right_way() -> None:
     a = agreement([0.2, 0.1, 0.3, 0.25, 0.15], [0.5, 0.9, 0.6, 0.7, 0.8], n_boot=500)
-    assert "cannot separate" in a.verdict and "0.017" in a.verdict
+    assert "cannot separate" in a.verdict
+    three = agreement([1, 2, 3], [0.1, 0.2, 0.3], n_boot=200)  # perfectly ordered, but 3 backbones: p >= 1/3
+    assert three.kendall == 1.0 and "cannot separate" in three.verdict and "below 0.333" in three.verdict
     loss = agreement([5, 4, 3, 2, 1], [0.5, 0.6, 0.7, 0.8, 0.9], higher_is_better=False, n_boot=200)
     assert loss.kendall == -1.0 and "agrees" in loss.verdict  # a loss falling as accuracy rises agrees
 

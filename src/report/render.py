@@ -1,0 +1,293 @@
+"""From :class:`~src.report.audit.AuditResults` to the ranking table, the rank agreement of every score with the
+downstream accuracies, the budget-consistency table and the figures — and the files: ``report.html`` (self-contained),
+``report.md``, ``report.csv``, ``report.json`` and the PNG figures."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from ..utils.checkpoint_io import atomic_write_bytes
+from ..utils.report_writer import Report
+from .agreement import Agreement, agreement
+from .audit import AuditResults
+from .html import figure_html, markdown_table, page, table_html
+
+__all__ = ["DIRECTIONS", "score_rows", "agreements", "budget_choices", "audit_report", "write_audit"]
+
+#: higher is better (True), lower is better (False), no direction (None) — the paper's reading of each score
+#: (SynBench Table 7: "for Val loss, MDL, SDL and ε SC the smaller the better; for LogME, SFDA, SynBench the bigger";
+#: DivergenceRadius: a smaller radius is more robust; α-ReQ: best near 1, no monotone direction)
+DIRECTIONS: dict[str, bool | None] = {
+    "synbench": True,
+    "synbench_best_eps": None,
+    "logme": True,
+    "sfda": True,
+    "rankme": True,
+    "alpha_req": None,
+    "val_loss": False,
+    "mdl": False,
+    "sdl": False,
+    "esc": False,
+    "r_dr_mean": False,
+    "r_cs_mean": False,
+    "tp_mean": True,
+    "tp_var": None,
+    "tp_z": True,
+    "tp_acc_mean": True,
+}
+
+
+def direction(column: str) -> bool | None:
+    """The direction of a table column (``sdl@1`` → ``sdl``; downstream accuracies: higher is better)."""
+    if "/" in column:
+        return True
+    return DIRECTIONS.get(column.split("@")[0])
+
+
+def _synbench_columns(value: Mapping[str, Any]) -> dict[str, float]:
+    from ..synbench import SynBenchResult
+
+    res = SynBenchResult.from_dict(dict(value))
+    return {"synbench": res.score(res.eps[0]), "synbench_best_eps": res.best_eps()}
+
+
+def score_rows(results: AuditResults) -> list[dict[str, Any]]:
+    """One flat row per backbone: every score, every downstream accuracy (``<set>/<metric>``) and the time of each
+    part (``time_<part>_s``)."""
+    rows = []
+    for label in results.labels:
+        v, row = results.values[label], {"backbone": label}
+        if "synbench" in v:
+            row.update(_synbench_columns(v["synbench"]))
+        if "baselines" in v:
+            row.update(v["baselines"]["values"])
+        if "divergence_radius" in v:
+            row["r_dr_mean"] = v["divergence_radius"]["r_dr_mean"]
+            row["r_cs_mean"] = v["divergence_radius"]["r_cs_mean"]
+        if "task_prior" in v:
+            tp = v["task_prior"]
+            row.update({"tp_mean": tp["mean"], "tp_var": tp["var"], "tp_z": tp["z"], "tp_acc_mean": tp["acc_mean"]})
+        for name, accs in v.get("downstream", {}).items():
+            row.update({f"{name}/{k}": a for k, a in accs.items()})
+        for part, s in results.seconds[label].items():
+            row[f"time_{part}_s"] = s
+        rows.append(row)
+    return rows
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(float(v))
+
+
+#: table columns that describe a backbone but do not score it (left out of the rank agreement)
+NOT_SCORES = ("synbench_best_eps",)
+
+
+def score_columns(rows: Sequence[Mapping[str, Any]], with_descriptive: bool = False) -> list[str]:
+    """The task-agnostic score columns (every column but the backbone, accuracies and times; ``NOT_SCORES`` only
+    with ``with_descriptive``)."""
+    cols: list[str] = []
+    for r in rows:
+        for k in r:
+            if k not in cols and k != "backbone" and "/" not in k and not k.startswith("time_"):
+                if with_descriptive or k not in NOT_SCORES:
+                    cols.append(k)
+    return cols
+
+
+def target_columns(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The downstream accuracy columns (``<set>/<metric>``)."""
+    cols: list[str] = []
+    for r in rows:
+        cols += [k for k in r if "/" in k and k not in cols]
+    return cols
+
+
+def agreements(rows: Sequence[Mapping[str, Any]], n_boot: int = 2000, level: float = 0.9) -> list[Agreement]:
+    """Agreement of every score column with every downstream column across backbones (columns with a missing or
+    non-finite value for some backbone are left out: the report lists them as undefined)."""
+    out = []
+    for target in target_columns(rows):
+        for col in score_columns(rows):
+            xs, ys = [r.get(col) for r in rows], [r.get(target) for r in rows]
+            if not all(_is_number(x) for x in xs) or not all(_is_number(y) for y in ys):
+                continue
+            out.append(agreement([float(x) for x in xs], [float(y) for y in ys], score_name=col, target_name=target,
+                                 higher_is_better=direction(col), n_boot=n_boot, level=level))  # fmt: skip
+    return out
+
+
+def budget_choices(results: AuditResults, pair: Sequence[str] | None = None) -> list[dict[str, Any]]:
+    """The paper's Fig. 5 / Table 8 check: for each synthetic score and each budget n, which backbone of ``pair``
+    (default: the two best by the first downstream accuracy, else the first two) the score prefers; ``flips`` says
+    whether the choice changes with n."""
+    budgets = results.config.budgets
+    if not budgets or len(results.labels) < 2:
+        return []
+    rows = score_rows(results)
+    if pair is None:
+        targets = target_columns(rows)
+        order = sorted(rows, key=lambda r: -float(r[targets[0]])) if targets else rows
+        pair = [order[0]["backbone"], order[1]["backbone"]]
+    a, b = pair
+    out = []
+    per_n: dict[int, dict[str, dict[str, float]]] = {}
+    for n in budgets:
+        per_n[n] = {}
+        for label in (a, b):
+            v, cols = results.values[label], {}
+            if f"synbench@{n}" in v:
+                cols.update(_synbench_columns(v[f"synbench@{n}"]))
+            if f"baselines@{n}" in v:
+                cols.update(v[f"baselines@{n}"]["values"])
+            per_n[n][label] = cols
+    names = [c for c in per_n[budgets[0]][a] if direction(c) is not None]
+    for col in names:
+        row: dict[str, Any] = {"score": col}
+        choices = []
+        for n in budgets:
+            va, vb = per_n[n][a].get(col), per_n[n][b].get(col)
+            if not (_is_number(va) and _is_number(vb)) or va == vb:
+                row[f"n={n}"] = "tie / n/a"
+                continue
+            better_a = (va > vb) == bool(direction(col))
+            choice = a if better_a else b
+            choices.append(choice)
+            row[f"n={n}"] = choice
+        row["flips"] = len(set(choices)) > 1
+        out.append(row)
+    return out
+
+
+# ----------------------------------------------------------------------------------------------- figures
+def _figures(results: AuditResults, rows: Sequence[Mapping[str, Any]], agree: Sequence[Agreement]) -> dict[str, Any]:
+    import numpy as np
+    from matplotlib.figure import Figure
+
+    figs: dict[str, Any] = {}
+    labels = results.labels
+    if all("synbench" in results.values[lab] for lab in labels):
+        from ..synbench import SynBenchResult
+        from ..synbench.compare import comparison_figures
+
+        res = {lab: SynBenchResult.from_dict(dict(results.values[lab]["synbench"])) for lab in labels}
+        figs["curves.png"] = comparison_figures(res)["curves.png"]
+    if all("divergence_radius" in results.values[lab] for lab in labels):
+        names = list(results.values[labels[0]]["divergence_radius"]["r_dr"])
+        fig = Figure(figsize=(9, 3.2))
+        ax = fig.add_subplot()
+        w = 0.8 / len(labels)
+        x = np.arange(len(names))
+        for i, lab in enumerate(labels):
+            r = results.values[lab]["divergence_radius"]["r_dr"]
+            ax.bar(x + i * w - 0.4 + w / 2, [r[n] for n in names], w, label=lab)
+        ax.set_xticks(x, [n.replace("_", "\n") for n in names], fontsize=7)
+        ax.set_ylabel("mean R_dr (lower = more robust)")
+        ax.legend(fontsize=6)
+        ax.set_title("DivergenceRadius per perturbation")
+        figs["r_dr_by_perturbation.png"] = fig
+    if all("task_prior" in results.values[lab] for lab in labels):
+        fig = Figure(figsize=(6, 3))
+        ax = fig.add_subplot()
+        z = [results.values[lab]["task_prior"]["z"] for lab in labels]
+        ax.bar(range(len(labels)), [v if v is not None and math.isfinite(v) else 0.0 for v in z])
+        ax.set_xticks(range(len(labels)), labels, fontsize=6, rotation=20, ha="right")
+        ax.set_ylabel("Task-Prior z = E / √Var")
+        ax.set_title("Task-Prior z-scores")
+        figs["task_prior_z.png"] = fig
+    targets = target_columns(rows)
+    shown = [a for a in agree if targets and a.target == targets[0]]
+    if shown:
+        fig = Figure(figsize=(6, 0.35 * len(shown) + 1.2))
+        ax = fig.add_subplot()
+        y = np.arange(len(shown))
+        tau = np.array([a.kendall for a in shown])
+        lo = np.array([a.kendall_low for a in shown])
+        hi = np.array([a.kendall_high for a in shown])
+        ax.errorbar(tau, y, xerr=[np.nan_to_num(tau - lo), np.nan_to_num(hi - tau)], fmt="o", capsize=3)
+        ax.axvline(0, color="k", lw=0.8)
+        ax.set_yticks(y, [a.score for a in shown], fontsize=7)
+        ax.set_xlim(-1.05, 1.05)
+        ax.set_xlabel(f"Kendall τ_b with {targets[0]} (bootstrap interval over backbones)")
+        ax.set_title("Rank agreement")
+        figs["agreement.png"] = fig
+    return figs
+
+
+# ----------------------------------------------------------------------------------------------- files
+def audit_report(results: AuditResults, n_boot: int = 2000, level: float = 0.9) -> tuple[Report, str]:
+    """(the Report — ``report.{md,csv,json}`` and figures — and the self-contained HTML page)."""
+    rows = score_rows(results)
+    agree = agreements(rows, n_boot, level)
+    budget = budget_choices(results)
+    scores, targets = score_columns(rows, with_descriptive=True), target_columns(rows)
+    times = sorted({k for r in rows for k in r if k.startswith("time_")})
+    main_cols = ["backbone", *scores, *targets]
+    dirs = {c: direction(c) for c in main_cols}
+    agree_rows = [a.to_dict() for a in agree]
+    agree_cols = ["score", "target", "pearson", "pearson_low", "pearson_high", "kendall", "kendall_low",
+                  "kendall_high", "p_value", "verdict"]  # fmt: skip
+    cfg = results.config
+    intro = (
+        f"{len(results.labels)} backbones; parts {', '.join(cfg.parts)}. SynBench at {cfg.input_size or 'native'} px, "
+        f"{len(cfg.synbench.s_values)} s values x ({cfg.synbench.n_train} + {cfg.synbench.n_test}) samples; baselines on "
+        f"the same proxy task at s = {cfg.baseline_s:g}. Best value per column in bold (direction of each score as "
+        "its paper reads it; none for alpha_req, tp_var, synbench_best_eps). Agreement intervals are "
+        f"{level:.0%} bootstrap intervals over backbones: with a handful of backbones they are wide, and the verdict "
+        "says when a score cannot be told apart from no agreement."
+    )
+    md = [f"# Backbone audit\n\n{intro}\n", "## Ranking\n", markdown_table(rows, main_cols, dirs)]
+    md += ["\n## Rank agreement with the downstream accuracies\n", markdown_table(agree_rows, agree_cols)]
+    if budget:
+        md += ["\n## Consistency across synthetic budgets\n", markdown_table(budget, list(budget[0]))]
+    md += ["\n## Time per part (s)\n", markdown_table(rows, ["backbone", *times])]
+    md_text = "\n".join(md)
+
+    def figures() -> dict[str, Any]:
+        return _figures(results, rows, agree)
+
+    data = {
+        "config": _jsonable_config(cfg),
+        "rows": rows,
+        "agreement": agree_rows,
+        "budget_choices": budget,
+        "values": results.values,
+        "seconds": results.seconds,
+        "cached": results.cached,
+    }
+    report = Report(method="report", rows=rows, markdown=md_text, data=data, figures=figures,
+                    tables={"agreement.csv": agree_rows}, columns=["backbone", *scores, *targets, *times])  # fmt: skip
+    sections = [
+        ("Ranking", table_html(rows, main_cols, dirs)),
+        ("Rank agreement with the downstream accuracies", table_html(agree_rows, agree_cols)),
+    ]
+    if budget:
+        sections.append(("Consistency across synthetic budgets", table_html(budget, list(budget[0]))))
+    sections.append(("Time per part (seconds)", table_html(rows, ["backbone", *times])))
+    figs = figures()
+    captions = {
+        "curves.png": "SynBench: expected scaled bound E(a_t) at ε = 0 per backbone, with the input-space reference",
+        "r_dr_by_perturbation.png": "DivergenceRadius: mean R_dr per perturbation (lower = more robust embeddings)",
+        "task_prior_z.png": "Task Priors: z = E / √Var of the kernel alignment under the prior",
+        "agreement.png": "Kendall τ_b of each score with the first downstream accuracy, with its bootstrap interval",
+    }
+    sections.append(("Figures", "".join(figure_html(f, captions.get(n, n)) for n, f in figs.items())))
+    return report, page("RepBench backbone audit", sections, intro)
+
+
+def _jsonable_config(cfg: Any) -> Any:
+    from .audit import _config_settings
+
+    return _config_settings(cfg)
+
+
+def write_audit(results: AuditResults, out_dir: str | Path, n_boot: int = 2000, level: float = 0.9) -> dict[str, Path]:
+    """Write report.html, report.md, report.csv, report.json, agreement.csv and the figures into ``out_dir``."""
+    report, html_text = audit_report(results, n_boot, level)
+    paths = report.write(out_dir)
+    paths["html"] = Path(out_dir) / "report.html"
+    atomic_write_bytes(html_text.encode(), paths["html"])
+    return paths
