@@ -88,9 +88,7 @@ class Agreement:
         return asdict(self)
 
 
-def _verdict(
-    n: int, tau: float, low: float, high: float, p: float, higher_is_better: bool | None, level: float
-) -> str:
+def _verdict(n: int, tau: float, low: float, high: float, p: float, higher_is_better: bool | None, level: float) -> str:
     """A plain-language reading of the numbers: a score "agrees" (or "ranks against") only when its bootstrap
     interval excludes 0 AND the permutation p-value is at most 1 − level; otherwise it cannot be told apart from no
     agreement with this many backbones (the statistics decide, the text only names what they show)."""

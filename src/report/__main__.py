@@ -1,0 +1,126 @@
+"""``python -m src.report``: the backbone audit report (Hydra config ``configs/report.yaml``; docs/report.md).
+
+Writes to the run directory ``report.html`` (one self-contained page: tables and figures embedded), ``report.md``,
+``report.csv`` (one row per backbone), ``report.json`` (every value, the settings, the agreement), ``agreement.csv``
+and the PNG figures. Per-backbone results are cached under ``cache_dir`` by (weights, part, settings): a second run
+with one more backbone computes only that one, and a killed run resumes.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+import hydra
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from ..utils.allocator import keep_freed_memory
+from ..utils.hydra_utils import register_resolvers  # noqa: F401  (configs/hydra resolvers)
+from ..utils.resources import config_dir
+
+log = logging.getLogger("repbench")
+
+
+def _given(block: dict[str, Any] | None) -> dict[str, Any]:
+    """The fields of a method block that are set (null = the method's own default, stated once in its config class)."""
+    return {k: v for k, v in (block or {}).items() if v is not None}
+
+
+def audit_config(cfg: DictConfig) -> Any:
+    """The :class:`~src.report.audit.AuditConfig` of a composed report.yaml (every field checked here)."""
+    from ..synbench import SynBenchConfig
+    from .audit import AuditConfig
+
+    plain = OmegaConf.to_container(cfg, resolve=True)
+    down = dict(plain["downstream"])
+    synbench = SynBenchConfig() if plain["full"] else SynBenchConfig(**plain["synbench"])
+    return AuditConfig(
+        parts=tuple(plain["parts"]),
+        input_size=None if plain["full"] else plain["input_size"],
+        synbench=synbench,
+        baseline_s=plain["baselines"]["s"],
+        baselines=plain["baselines"]["which"],
+        baseline_eps=tuple(plain["baselines"]["eps"]),
+        divergence_radius=_given(plain["divergence_radius"]),
+        dr_images=plain["dr_images"],
+        dr_image_size=plain["dr_image_size"],
+        task_prior=_given(plain["task_prior"]),
+        tp_images=plain["tp_images"],
+        tp_image_size=plain["tp_image_size"],
+        downstream={k: down[k] for k in ("epsilons", "steps", "norm", "C")},
+        budgets=tuple(plain["budgets"] or ()),
+    )
+
+
+def _tensors(dataset: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    """(images, labels) of a map-style dataset of (x, y, ...) items."""
+    xs, ys = [], []
+    for i in range(len(dataset)):
+        item = dataset[i]
+        xs.append(torch.as_tensor(item[0]))
+        ys.append(int(item[1]))
+    return torch.stack(xs).float(), torch.tensor(ys, dtype=torch.long)
+
+
+def downstream_sets(names: list[str], image_size: int, seed: int) -> dict[str, Any]:
+    """{name: ((train x, y), (test x, y))} from the training CLI's ``configs/data/<name>.yaml`` data modules (their
+    training and held-out test splits); a missing data set fails here, naming the files it needs."""
+    from hydra.utils import instantiate
+
+    out = {}
+    for name in names:
+        path = config_dir() / "data" / f"{name}.yaml"
+        if not path.is_file():
+            known = sorted(p.stem for p in (config_dir() / "data").glob("*.yaml"))
+            raise ValueError(f"downstream.sets: no data config {name!r}; choose from {known}")
+        node = OmegaConf.merge({"seed": seed}, {"data": OmegaConf.load(path)})
+        if "image_size" in node.data:
+            node.data.image_size = image_size
+        dm = instantiate(node.data, _convert_="all")
+        dm.prepare_data()
+        dm.setup("fit")
+        dm.setup("test")
+        test = getattr(dm, "test_dataset", None)
+        if test is None:
+            raise ValueError(f"downstream.sets: data {name!r} has no held-out test split; it cannot score a probe")
+        out[name] = (_tensors(dm.train_dataset), _tensors(test))
+    return out
+
+
+def run(cfg: DictConfig) -> str:
+    """The audit of a composed report.yaml; returns the Markdown report. Settings, backbones and the output directory
+    are checked before any work."""
+    from ..backbones.spec import backbone_labels, backbone_list
+    from ..utils.run_dir import OUTPUT_DIR_FIX, check_writable_dir
+    from .audit import run_audit
+    from .render import write_audit
+
+    config = audit_config(cfg)
+    backbones = backbone_list(OmegaConf.to_container(cfg.backbones, resolve=True) if cfg.backbones else None)
+    backbone_labels(backbones)
+    out = check_writable_dir(cfg.paths.output_dir, OUTPUT_DIR_FIX)
+    keep_freed_memory()
+    t0 = time.perf_counter()
+    down = cfg.downstream
+    sets = (
+        downstream_sets(list(down.sets), int(down.image_size), int(cfg.seed)) if "downstream" in config.parts else None
+    )
+    results = run_audit(backbones, config, downstream=sets, cache_dir=cfg.cache_dir, device=cfg.device,
+                        progress=bool(cfg.progress))  # fmt: skip
+    md = write_audit(results, out, int(cfg.agreement.n_boot), float(cfg.agreement.level))["md"].read_text()
+    log.info(
+        "Backbone audit (%.0f s; cache: %d reused, %d computed):\n%s\nwritten to %s (open report.html)",
+        time.perf_counter() - t0, results.cache_hits, results.cache_misses, md, out,
+    )  # fmt: skip
+    return md
+
+
+@hydra.main(version_base="1.3", config_path=str(config_dir()), config_name="report.yaml")
+def main(cfg: DictConfig) -> None:
+    run(cfg)
+
+
+if __name__ == "__main__":
+    main()
