@@ -22,7 +22,8 @@ cells = [
         "import math, numpy as np, torch, matplotlib.pyplot as plt\n"
         "torch.set_num_threads(2)\n"
         "from src.robustness import (minimum_enclosing_ball, divergence_radius, cosine_robustness, "
-        "euclidean_robustness, robustness_sweep, bundled_photos)\n"
+        "euclidean_robustness, robustness_sweep)\n"
+        "from src.utils.photos import bundled_photos\n"
         "T0 = time.time()"
     ),
     md(

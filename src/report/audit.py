@@ -264,7 +264,7 @@ def run_audit(
     if "downstream" in parts and not downstream:
         raise ValueError("downstream needs at least one labelled set, e.g. {'digits': ((x, y), (x, y))}")
     if "divergence_radius" in parts and dr_images is None:
-        from ..robustness.images import bundled_photos
+        from ..utils.photos import bundled_photos
 
         dr_images = bundled_photos(cfg.dr_images, cfg.dr_image_size, seed=cfg.divergence_radius.seed)
     if "task_prior" in parts and tp_images is None:

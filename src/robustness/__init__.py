@@ -15,7 +15,6 @@ from .downstream import (
     regression_mse,
     zero_shot_weights,
 )
-from .images import bundled_photos
 from .meb import minimum_enclosing_ball
 from .metrics import cosine_robustness, divergence_radius, euclidean_robustness, normalize_embeddings
 from .protocol import SweepOutput, robustness_sweep, sweep_means, sweep_parameters, sweep_sums
@@ -25,7 +24,6 @@ __all__ = [
     "LinearClassifier",
     "SweepOutput",
     "ZeroShotClassifier",
-    "bundled_photos",
     "compare_backbones",
     "cosine_robustness",
     "divergence_radius",

@@ -1,6 +1,7 @@
 """Real photos that load offline from installed packages (scikit-image, scikit-learn, matplotlib; no download) and
 seeded random square crops of them. No Lightning: shared by ``src.data.photos`` (the fine-tuning data module) and
-``src.robustness.images`` (the fixed probe set of the DivergenceRadius callback).
+:func:`bundled_photos` (the fixed probe set of photos: ``images="photos"`` of the monitors, ``src.utils.probe_images``,
+and the audit report).
 
 Sources: scikit-image ``skimage.data`` photographs, scikit-learn's ``load_sample_image`` (china, flower) and
 matplotlib's ``grace_hopper.jpg``. Gray photos are repeated to RGB.
@@ -9,13 +10,14 @@ matplotlib's ``grace_hopper.jpg``. Gray photos are repeated to RGB.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from functools import lru_cache
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-__all__ = ["PHOTO_NAMES", "load_photo", "random_crops"]
+__all__ = ["PHOTO_NAMES", "PROBE_PHOTOS", "bundled_photos", "load_photo", "random_crops"]
 
 
 def _skimage(name: str) -> Callable[[], np.ndarray]:
@@ -88,3 +90,35 @@ def random_crops(
         crop = img[None, :, top : top + side, left : left + side]
         out[i] = F.interpolate(crop, size=(size, size), mode="bilinear", antialias=side > size, align_corners=False)[0]
     return out.clamp_(0.0, 1.0), src
+
+
+# ---------------------------------------------------------------------------------------------------- probe set
+PROBE_PHOTOS = (
+    "astronaut", "chelsea", "coffee", "rocket", "immunohistochemistry", "hubble_deep_field", "camera", "china", "flower"
+)  # fmt: skip
+
+
+@lru_cache(maxsize=1)
+def _probe_sources() -> tuple[Tensor, ...]:
+    """The photos of :data:`PROBE_PHOTOS`, loaded once per process."""
+    return tuple(load_photo(name) for name in PROBE_PHOTOS)
+
+
+def bundled_photos(n: int = 32, size: int = 64, seed: int = 0) -> Tensor:
+    """``n`` images (n, 3, size, size) float in [0, 1], cycling through the 9 photos of ``PROBE_PHOTOS``: the first
+    9 are squares of the photo's whole short side, later ones squares of 50–100 % of it, all at seeded random
+    positions, resized with antialiasing. Deterministic in (n, size, seed)."""
+    if n < 1 or size < 1:
+        raise ValueError(f"need n >= 1 images of size >= 1, got n={n}, size={size}")
+    photos = _probe_sources()
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in range(n):
+        img = photos[i % len(photos)]
+        h, w = img.shape[1:]
+        side = int(min(h, w) * (0.5 + 0.5 * rng.random())) if i >= len(photos) else min(h, w)
+        top, left = int(rng.integers(0, h - side + 1)), int(rng.integers(0, w - side + 1))
+        crop = img[:, top : top + side, left : left + side][None]
+        crop = F.interpolate(crop, size=(size, size), mode="bilinear", antialias=True)
+        out.append(crop[0].clamp(0.0, 1.0))
+    return torch.stack(out)
