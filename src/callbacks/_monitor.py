@@ -13,8 +13,9 @@ Logging: the values go to ``trainer.callback_metrics`` under ``f"{prefix}/{key}"
 of TensorBoard's charts: 0 = before training, 1 = after the first epoch, ...).
 
 Images: every image the monitors take is float (N, C, H, W) in [0, 1] pixel space (the backbone adapter normalises
-inside). Validation images in another convention are mapped by ``denormalize=`` (:func:`as_denormalize`) and
-checked by :func:`pixel_images`; nothing is clamped silently.
+inside). The image monitors take their fixed probe images through :func:`src.utils.probe_images.probe_images` (one
+vocabulary: ``images="auto" | "val" | "photos" | "digits"`` or a tensor, and the pixel-space checks, without
+Lightning); :func:`first_val_images` (here: it needs the trainer) hands it the validation images.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import lightning as L
@@ -32,35 +33,9 @@ from torch import Tensor, nn
 from ..backbones.weights import state_fingerprint
 from ..features.owner import owner_module
 
-__all__ = [
-    "PIXEL_OVERSHOOT",
-    "BackboneMonitor",
-    "ComputeProgress",
-    "as_denormalize",
-    "clip_overshoot",
-    "first_val_images",
-    "pixel_images",
-    "rank_and_world",
-    "weights_fingerprint",
-]
+__all__ = ["BackboneMonitor", "ComputeProgress", "first_val_images", "rank_and_world", "weights_fingerprint"]
 
 log = logging.getLogger("repbench")
-
-Denormalize = Callable[[Tensor], Tensor] | Sequence[Any] | Mapping[str, Any] | None
-
-# How far a resize can push [0, 1] images outside [0, 1]. Bilinear, area, nearest and antialiased bilinear
-# resampling take convex combinations of the pixels (non-negative weights summing to 1): no overshoot at all.
-# Bicubic (Keys) convolution has negative lobes w(x) = a (x - 1)(x - 2)^2 on 1 < |x| < 2; with PyTorch's a = -0.75
-# the two negative taps of one axis at sub-pixel offset t weigh N(t) = 0.75 t (1 - t) together, at most N = 3/16
-# (t = 1/2; PIL's a = -0.5 gives 1/8). A separable 2-D kernel with per-axis positive mass P = 1 + N and negative
-# mass N reaches at most P^2 + N^2 - 1 = 2N + 2N^2 = 57/128 above 1 (and by symmetry 57/128 below 0) on a [0, 1]
-# image: any pixel farther out cannot come from resizing a [0, 1] image, so it is refused.
-PIXEL_OVERSHOOT = 57 / 128
-
-# Float32 rounding of x * std + mean for a pixel that was exactly in [0, 1] before (x - mean) / std: two roundings of
-# relative size 2^-24 on magnitudes <= 2 (|x * std| <= 1 + |mean| with mean in [0, 1]): <= 2 * 2 * 6e-8 = 2.4e-7.
-# Pixels clipped by less than this are rounding, by more are interpolation overshoot (reported).
-_ROUNDING = 1e-6
 
 
 def weights_fingerprint(module: nn.Module) -> str:
@@ -82,7 +57,7 @@ def first_val_images(trainer: L.Trainer | None, n: int) -> Tensor | None:
     """The first ``n`` images of the trainer's data module's validation set as one float tensor (N, C, H, W), or
     None when there is no data module, no validation set, or it is empty. Dataset items may be ``(x, ...)`` tuples,
     ``{"image": x, ...}`` dicts or bare tensors; the set is the dataset's first items, so it is the same on every
-    rank and every epoch. The values are the dataset's own (see :func:`pixel_images` for the [0, 1] check)."""
+    rank and every epoch. The values are the dataset's own (see :func:`src.utils.probe_images.pixel_images` for the [0, 1] check)."""
     dm = getattr(trainer, "datamodule", None)
     dataset = getattr(dm, "val_dataset", None)
     if dataset is None and dm is not None and hasattr(dm, "val_dataloader"):
@@ -94,111 +69,6 @@ def first_val_images(trainer: L.Trainer | None, n: int) -> Tensor | None:
         return None
     xs = [_image_of(dataset[i]) for i in range(min(int(n), len(dataset)))]
     return torch.stack([torch.as_tensor(x) for x in xs]).float()
-
-
-# ---------------------------------------------------------------------------------------------------- pixel space
-def _channel_values(values: Any, what: str, owner: str) -> Tensor:
-    """``values`` (a number or a sequence of numbers, one per channel) as a finite float64 vector."""
-    try:
-        t = torch.as_tensor(list(values) if isinstance(values, Sequence) else values, dtype=torch.float64).reshape(-1)
-    except (TypeError, ValueError, RuntimeError):
-        raise TypeError(
-            f"{owner}(denormalize=...): the {what} must be a number or one number per channel, got {values!r}"
-        ) from None
-    if t.numel() == 0 or not bool(torch.isfinite(t).all()):
-        raise ValueError(f"{owner}(denormalize=...): the {what} must be finite numbers, got {values!r}")
-    return t
-
-
-def as_denormalize(spec: Denormalize, owner: str) -> Callable[[Tensor], Tensor] | None:
-    """The map from the validation images' convention to [0, 1] pixel space, from ``denormalize=``:
-
-    * ``None``: the images are in [0, 1] already;
-    * ``(mean, std)`` or ``{"mean": ..., "std": ...}`` (numbers or one per channel): the images were normalised
-      as ``(x - mean) / std`` and are mapped back by ``x * std + mean`` (0..255 images: ``(0, 1 / 255)``);
-    * a callable ``images -> images`` (any other convention).
-
-    Raises ``TypeError``/``ValueError`` naming ``denormalize=`` for anything else, a non-positive or non-finite std.
-    """
-    if spec is None or callable(spec):
-        return spec
-    if isinstance(spec, Mapping):
-        if set(spec) != {"mean", "std"}:
-            raise ValueError(
-                f"{owner}(denormalize={{...}}) needs exactly the keys 'mean' and 'std', got {sorted(spec)}"
-            )
-        spec = (spec["mean"], spec["std"])
-    if isinstance(spec, (str, bytes)) or not isinstance(spec, Sequence) or len(spec) != 2:
-        raise TypeError(
-            f"{owner}(denormalize=...) must be None, (mean, std), {{'mean': ..., 'std': ...}} or a callable "
-            f"mapping the validation images to [0, 1]; got {spec!r}"
-        )
-    mean, std = _channel_values(spec[0], "mean", owner), _channel_values(spec[1], "std", owner)
-    if not bool((std > 0).all()):
-        raise ValueError(f"{owner}(denormalize=...): every std must be > 0, got {std.tolist()}")
-
-    def denormalize(x: Tensor) -> Tensor:
-        """x * std + mean, channel-wise."""
-        for name, t in (("mean", mean), ("std", std)):
-            if t.numel() not in (1, x.shape[1]):
-                raise ValueError(
-                    f"{owner}(denormalize=...): {t.numel()} {name} values for images with {x.shape[1]} channels; "
-                    "give one value, or one per channel"
-                )
-        shape = (1, -1, 1, 1)
-        return x * std.to(x.dtype).view(shape) + mean.to(x.dtype).view(shape)
-
-    return denormalize
-
-
-def pixel_images(x: Tensor, owner: str, what: str, denormalize: Callable[[Tensor], Tensor] | None = None) -> Tensor:
-    """``denormalize(x)`` (or ``x``) checked to be finite (N, C, H, W) images in [0, 1] pixel space, allowing the
-    interpolation overshoot :data:`PIXEL_OVERSHOOT` (values are returned as they are: callers that need [0, 1]
-    exactly clip with :func:`clip_overshoot`). Raises ``ValueError`` naming ``denormalize=``, the range seen and
-    the fix."""
-    if not isinstance(x, Tensor) or not x.is_floating_point() or x.dim() != 4:
-        kind = f"{x.dtype} tensor of shape {tuple(x.shape)}" if isinstance(x, Tensor) else type(x).__name__
-        raise ValueError(f"{owner}: {what} must be a float (N, C, H, W) tensor, got a {kind}")
-    if denormalize is not None:
-        y = denormalize(x)
-        if not isinstance(y, Tensor) or y.shape != x.shape:
-            got = tuple(y.shape) if isinstance(y, Tensor) else type(y).__name__
-            raise ValueError(
-                f"{owner}(denormalize=...) must return images of the shape it gets {tuple(x.shape)}, got {got}"
-            )
-        x = y
-    if x.numel() == 0:
-        return x
-    if not bool(torch.isfinite(x).all()):
-        raise ValueError(f"{owner}: {what} contain NaN or inf pixels; fix the data pipeline that produced them")
-    lo, hi = (float(v) for v in torch.aminmax(x))
-    if lo >= -PIXEL_OVERSHOOT and hi <= 1.0 + PIXEL_OVERSHOOT:
-        return x
-    if denormalize is not None:
-        raise ValueError(
-            f"{owner}: after denormalize=..., the {what} lie in [{lo:.4g}, {hi:.4g}], not in [0, 1] pixel space "
-            f"(resizing overshoot up to {PIXEL_OVERSHOOT:.3f} is allowed); check that denormalize= inverts the "
-            "data pipeline's normalisation: (mean, std) are the values the images were normalised with"
-        )
-    raise ValueError(
-        f"{owner}: the {what} lie in [{lo:.4g}, {hi:.4g}], not in [0, 1] pixel space (resizing overshoot up to "
-        f"{PIXEL_OVERSHOOT:.3f} is allowed). The monitors take [0, 1] images (the backbone applies its own "
-        "normalisation): give denormalize=(mean, std) with the mean/std your pipeline normalised with (e.g. "
-        "denormalize={'mean': [0.485, 0.456, 0.406], 'std': [0.229, 0.224, 0.225]}), denormalize=(0, 1 / 255) "
-        "for 0..255 images, or a callable mapping your images to [0, 1]"
-    )
-
-
-def clip_overshoot(x: Tensor, owner: str, what: str) -> Tensor:
-    """``x`` clipped to [0, 1] after :func:`pixel_images` accepted it: clipping of float rounding is silent, clipping
-    of interpolation overshoot is reported (a warning with the count), never of more than PIXEL_OVERSHOOT."""
-    outside = int(((x < -_ROUNDING) | (x > 1.0 + _ROUNDING)).sum())
-    if outside:
-        log.warning(
-            "%s: %d of %d pixels of the %s lay outside [0, 1] by at most %.3f (interpolation overshoot); clipped "
-            "to [0, 1]", owner, outside, x.numel(), what, max(-float(x.min()), float(x.max()) - 1.0),
-        )  # fmt: skip
-    return x.clamp(0.0, 1.0)
 
 
 # ---------------------------------------------------------------------------------------------------- progress

@@ -5,9 +5,11 @@ fixed probe set of images, every perturbation at m equally spaced parameters plu
 radius of the minimum enclosing ball of the unit embeddings (R_dr) and (1 − min cos)/2 (R_cs), averaged.
 
 Usable in any Lightning training whose LightningModule exposes ``backbone`` (with ``embed``, or any module mapping
-(N, 3, H, W) images in [0, 1] to (N, D)), or given ``feature_fn=lambda module, x: ...``. The probe set is the first
-``num_images`` images of the data module's validation set (``source="val"``), the bundled offline sample photos
-(``"photos"``), or the former when there is one (``"auto"``); it is resized to ``image_size`` once. Validation
+(N, 3, H, W) images in [0, 1] to (N, D)), or given ``feature_fn=lambda module, x: ...``. The probe set
+(``images=``, the vocabulary of :mod:`src.utils.probe_images`, shared with the Task-Prior callback) is the first
+``num_images`` images of the data module's validation set (``"val"``), the bundled offline sample photos
+(``"photos"``), the bundled digits (``"digits"``), the validation images when there are some and else the photos
+(``"auto"``, the default), or an image tensor; validation images are resized to ``image_size`` once. Validation
 images must be in [0, 1] pixel space, or be mapped there by ``denormalize=(mean, std)`` (or a callable): images
 outside [0, 1] by more than a resize can overshoot are refused, never clipped silently. Work is split
 in chunks over ranks and reduced through sum-state torchmetrics, so the logged numbers do not depend on the number
@@ -20,33 +22,24 @@ from __future__ import annotations
 import logging
 import math
 import time
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import lightning as L
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from ..metrics.divergence_radius import robustness_metrics
 from ..robustness.config import DivergenceRadiusConfig
-from ..robustness.images import bundled_photos
 from ..utils.distributed import Shard
 from ..utils.modes import eval_mode
-from ._monitor import (
-    BackboneMonitor,
-    Denormalize,
-    as_denormalize,
-    clip_overshoot,
-    first_val_images,
-    pixel_images,
-    rank_and_world,
-)
+from ..utils.probe_images import Denormalize, as_denormalize, check_image_source, check_num_images, probe_images
+from ._monitor import BackboneMonitor, first_val_images, rank_and_world
 
 __all__ = ["DivergenceRadiusCallback", "robustness_figure"]
 
 log = logging.getLogger("repbench")
-
-SOURCES = ("auto", "val", "photos")
 
 
 def robustness_figure(values: dict[str, float], names: Sequence[str], title: str = ""):
@@ -68,11 +61,32 @@ def robustness_figure(values: dict[str, float], names: Sequence[str], title: str
     return fig
 
 
+def _deprecated_source(source: str | None, images: str | Tensor) -> str | Tensor:
+    """``images``, or the deprecated ``source=`` (with a DeprecationWarning naming ``images=``); both given (images
+    not at its default ``"auto"``) is a ValueError."""
+    if source is None:
+        return images
+    warnings.warn(
+        f"DivergenceRadiusCallback(source={source!r}) is deprecated and will be removed in the next release: use "
+        f"images={source!r} (the same choices, shared with TaskPriorCallback)",
+        DeprecationWarning,
+        stacklevel=3,
+    )
+    if not (isinstance(images, str) and images == "auto"):
+        shown = images if isinstance(images, str) else "<tensor>"
+        raise ValueError(
+            f"DivergenceRadiusCallback got source={source!r} and images={shown!r}: source= is the deprecated alias "
+            "of images=; give images= only"
+        )
+    return source
+
+
 class DivergenceRadiusCallback(BackboneMonitor):
     """Args (defaults equal ``configs/callbacks/divergence_radius.yaml``):
     every_n_epochs: compute at the end of every N-th training epoch (and after the last one).
     at_train_start: also compute once before training (logged at step 0).
-    num_images, image_size: the probe set (first images of the validation set, or bundled photos), resized.
+    num_images, image_size: the probe set's size (at most ``num_images`` images) and the side validation images are
+        resized to and photos / digits made at (an ``images=`` tensor keeps its own size).
     m, mode, perturbations, chunk_size, seed: the sweep, fields of
         :class:`~src.robustness.config.DivergenceRadiusConfig` (None = the ``config``'s value, whose defaults are the
         paper's m = 5 equally spaced parameters of all nine perturbations of Table 8): perturbed versions per image
@@ -81,12 +95,17 @@ class DivergenceRadiusCallback(BackboneMonitor):
     feature_fn: ``(pl_module, x) -> (N, D)``; default ``pl_module.backbone.embed`` (or ``backbone(x)``).
     skip_unchanged: do not recompute while the backbone's weights are unchanged (a frozen probe needs it once).
     log_figure: add the bar figure to TensorBoard.
-    images: an explicit probe set (N, 3, H, W) in [0, 1] (overrides ``source``).
+    images: the probe set (:func:`src.utils.probe_images.probe_images`): ``"auto"`` (default: the first
+        ``num_images`` validation images when the data module has some, else the bundled photos) | ``"val"`` (an
+        error without validation images) | ``"photos"`` | ``"digits"`` | an (N, C, H, W) tensor in [0, 1] with
+        1 <= N <= ``num_images`` (used as given, at its own size).
+    source: deprecated alias of ``images=`` (a name only; removed in the next release): a DeprecationWarning; giving
+        both is an error.
     denormalize: how the validation images map to [0, 1] pixel space: None (they are in [0, 1]), ``(mean, std)`` or
         ``{"mean": ..., "std": ...}`` of the normalisation they carry (``x * std + mean``; ``(0, 1 / 255)`` for
-        0..255 images), or a callable. Applies to validation images only (photos and ``images=`` are pixel space).
-        Out-of-range images are refused (see :func:`src.callbacks._monitor.pixel_images`); the allowed resize
-        overshoot (at most 57/128) is clipped to [0, 1] with a warning.
+        0..255 images), or a callable. Applies to validation images only (photos, digits and a tensor are pixel
+        space). Out-of-range images are refused (see :func:`src.utils.probe_images.pixel_images`); the allowed
+        resize overshoot (at most 57/128) is clipped to [0, 1] with a warning.
     prefix: log-name prefix (``val``): ``{prefix}/divergence_radius/...``; two callbacks in one Trainer need
         different prefixes.
     progress: report progress while computing (counts of embedded images, elapsed time).
@@ -103,67 +122,63 @@ class DivergenceRadiusCallback(BackboneMonitor):
         m: int | None = None,
         mode: str | None = None,
         perturbations: Sequence[str] | None = None,
-        source: str = "auto",
+        source: str | None = None,
         chunk_size: int | None = None,
         seed: int | None = None,
         feature_fn: Callable[[L.LightningModule, Tensor], Tensor] | None = None,
         skip_unchanged: bool = True,
         log_figure: bool = True,
-        images: Tensor | None = None,
+        images: str | Tensor = "auto",
         denormalize: Denormalize = None,
         prefix: str = "val",
         progress: bool = True,
         config: DivergenceRadiusConfig | Mapping[str, Any] | None = None,
     ) -> None:
         super().__init__(every_n_epochs, feature_fn, skip_unchanged, prefix, at_train_start, progress)
-        if num_images < 1 or image_size < 16:
+        name = type(self).__name__
+        images = check_image_source(_deprecated_source(source, images), name)
+        num_images = check_num_images(num_images, images, name)
+        if image_size < 16:
             raise ValueError(f"need num_images >= 1 and image_size >= 16, got {num_images} and {image_size}")
-        if source not in SOURCES:
-            raise ValueError(f"source must be one of {SOURCES}, got {source!r}")
         self.config = DivergenceRadiusConfig.merged(
             config, perturbations=perturbations, m=m, mode=mode, seed=seed, chunk_size=chunk_size
         )
-        self.num_images, self.image_size, self.source = int(num_images), int(image_size), source
+        self.num_images, self.image_size = num_images, int(image_size)
         self.names, self.m, self.mode = self.config.perturbations, self.config.m, self.config.mode
         self.chunk_size, self.seed = self.config.chunk_size, self.config.seed
         self.log_figure = log_figure
-        self.denormalize = as_denormalize(denormalize, type(self).__name__)
-        if images is not None:  # refused now, not at the first epoch end
-            images = pixel_images(images, type(self).__name__, "images=")
-        self.images = images
+        self.denormalize = as_denormalize(denormalize, name)
+        self.images_source: str | Tensor = images
+        #: the probe set once built (a tensor's now: refused here, not at the first epoch end)
+        self.images: Tensor | None = self._build(None) if isinstance(images, Tensor) else None
         self.seconds = 0.0  # wall time spent computing (the callback's share of a run)
 
+    @property
+    def source(self) -> str:
+        """The probe source's name (``"tensor"`` for an image tensor)."""
+        return self.images_source if isinstance(self.images_source, str) else "tensor"
+
     def _identity(self) -> dict[str, Any]:
+        # "source" holds the source's name as before images= replaced source=; a tensor keeps "auto", the key the
+        # former default source="auto" wrote next to images=<tensor>, so checkpoints of earlier versions resume
+        source = self.source if isinstance(self.images_source, str) else "auto"
         return {**self.config.to_dict(), "num_images": self.num_images, "image_size": self.image_size,
-                "source": self.source}  # fmt: skip
+                "source": source}  # fmt: skip
 
     # ------------------------------------------------------------------ pieces
+    def _build(self, val_images: Tensor | None) -> Tensor:
+        """The probe set of ``images=`` (validation images resized to ``image_size``)."""
+        return probe_images(
+            self.images_source, num_images=self.num_images, image_size=self.image_size, seed=self.seed,
+            val_images=val_images, denormalize=self.denormalize, resize=True, owner=type(self).__name__,
+        )  # fmt: skip
+
     def probe_images(self, trainer: L.Trainer) -> Tensor:
-        """The fixed probe set (built once, identical on every rank): validation images mapped to [0, 1] by
-        ``denormalize`` and checked, or the bundled photos; grayscale expanded to RGB, resized to ``image_size``
-        (antialiased bilinear: convex weights, no new overshoot)."""
+        """The fixed probe set (built once, identical on every rank): see ``images=`` and
+        :func:`src.utils.probe_images.probe_images`."""
         if self.images is None:
-            name = type(self).__name__
-            x = first_val_images(trainer, self.num_images) if self.source in ("auto", "val") else None
-            if x is None and self.source == "val":
-                raise ValueError(
-                    f"{name}(source='val'): the data module has no validation images; "
-                    "use source='auto' or 'photos', or pass images="
-                )
-            if x is None:
-                x = bundled_photos(self.num_images, self.image_size, seed=self.seed)
-            else:
-                x = clip_overshoot(
-                    pixel_images(x, name, "validation images", self.denormalize), name, "validation images"
-                )
-            if x.dim() != 4 or x.shape[1] not in (1, 3):
-                raise ValueError(f"probe images must be (N, 1 or 3, H, W), got {tuple(x.shape)}")
-            if x.shape[1] == 1:
-                x = x.expand(-1, 3, -1, -1)
-            if tuple(x.shape[-2:]) != (self.image_size, self.image_size):
-                x = nn.functional.interpolate(x, size=(self.image_size,) * 2, mode="bilinear", antialias=True)
-                x = x.clamp(0.0, 1.0)  # float rounding of the convex resize only (weights sum to 1 up to ulps)
-            self.images = x.contiguous()
+            wants_val = self.images_source in ("auto", "val")
+            self.images = self._build(first_val_images(trainer, self.num_images) if wants_val else None)
         return self.images
 
     def _embed_count(self, trainer: Any, n_images: int) -> int:

@@ -27,42 +27,13 @@ from ..metrics.task_prior import TaskPriorMoments
 from ..taskprior.config import TaskPriorConfig
 from ..taskprior.conventions import TaskPriorConvention, resolve_convention
 from ..taskprior.validation import check_block_size
+from ..utils.digits import check_image_size
 from ..utils.distributed import Shard, all_reduce_sum
 from ..utils.modes import eval_mode
-from ._monitor import BackboneMonitor, Denormalize, as_denormalize, first_val_images, pixel_images
+from ..utils.probe_images import Denormalize, as_denormalize, check_image_source, check_num_images, probe_images
+from ._monitor import BackboneMonitor, first_val_images
 
-__all__ = ["TaskPriorCallback", "fixed_images"]
-
-
-def fixed_images(
-    source: str | Tensor,
-    trainer: L.Trainer | None,
-    num_images: int,
-    image_size: int,
-    denormalize: Callable[[Tensor], Tensor] | None = None,
-) -> Tensor:
-    """The fixed image set: a tensor as given, ``"val"`` (the first ``num_images`` of the datamodule's
-    ``val_dataset``, mapped to [0, 1] by ``denormalize`` and checked by :func:`pixel_images`) or ``"digits"`` (the
-    first ``num_images`` bundled scikit-learn digits at ``image_size``)."""
-    if isinstance(source, Tensor):
-        images = pixel_images(source, "TaskPriorCallback", "images=")
-    elif source == "digits":
-        from ..taskprior.report import digits_images
-
-        images = digits_images(num_images, image_size)  # 2 <= num_images <= 1797: no silent clamp
-    elif source == "val":
-        images = first_val_images(trainer, num_images)
-        if images is None:
-            raise AttributeError(
-                "TaskPriorCallback(images='val') needs a datamodule with a val_dataset; use images='digits' or pass "
-                "an image tensor"
-            )
-        images = pixel_images(images, "TaskPriorCallback", "validation images", denormalize)
-    else:
-        raise ValueError(f"images must be 'val', 'digits' or an (N, 3, H, W) tensor, got {source!r}")
-    if images.dim() != 4 or images.shape[0] < 2:
-        raise ValueError(f"the fixed image set must be (N >= 2, 3, H, W), got {tuple(images.shape)}")
-    return images[: int(num_images)]
+__all__ = ["TaskPriorCallback"]
 
 
 class TaskPriorCallback(BackboneMonitor):
@@ -72,9 +43,14 @@ class TaskPriorCallback(BackboneMonitor):
     prior_backbone: registry name or ``{name: ..., **opts}`` of the prior (its features are computed once on the
         fixed images, then the backbone is dropped); or give ``prior_features`` (N, D) for the same images (and
         ``prior_backbone=None``). Default: :class:`~src.taskprior.TaskPriorConfig`'s.
-    images: ``"val"`` | ``"digits"`` | an (N, 3, H, W) tensor in [0, 1].
-    num_images: size of the fixed set (memory O(N·D); the moments never hold N × N).
-    image_size: side of the digits images (``images="digits"``).
+    images: the fixed image set, the vocabulary of :func:`src.utils.probe_images.probe_images` (shared with
+        DivergenceRadiusCallback): ``"val"`` (default: the first ``num_images`` validation images, at their own size:
+        not resized) | ``"auto"`` (those, else the bundled photos) | ``"photos"`` | ``"digits"`` | an (N, C, H, W)
+        tensor in [0, 1] with 2 <= N <= ``num_images`` (used as given). The default stays ``"val"`` (not
+        DivergenceRadius's ``"auto"``): a run without validation images is refused rather than measured on photos.
+    num_images: size of the fixed set, at most (memory O(N·D); the moments never hold N × N).
+    image_size: side of the photos and digits (``images="photos"`` / ``"digits"``); validation images and a tensor
+        keep their own size.
     feature_fn: ``(pl_module, x) -> (N, D)``; default ``pl_module.backbone.embed``.
     eval_scale, prior_scale: ``"frobenius"`` | ``"none"``; None = the convention's (``"repbench"``: M/‖M‖_F, raw K).
     block_size: row blocks of the tiled moments (memory only); default :class:`~src.taskprior.TaskPriorConfig`'s.
@@ -117,19 +93,22 @@ class TaskPriorCallback(BackboneMonitor):
             raise ValueError("give prior_backbone (a registry name) or prior_features (N, D) for the fixed images")
         if prior_backbone is not None:
             check_backbone_spec(prior_backbone, "prior_backbone")
-        if int(num_images) < 2:
-            raise ValueError(f"num_images must be >= 2, got {num_images}")
         #: T and the scales of the moments, resolved and checked now rather than at the first epoch end
         self.settings = resolve_convention(
             convention, temperature=temperature, eval_scale=eval_scale, prior_scale=prior_scale
         )
         self.prior_backbone = prior_backbone
         self.prior_features = prior_features
-        self.denormalize = as_denormalize(denormalize, type(self).__name__)
+        name = type(self).__name__
+        self.denormalize = as_denormalize(denormalize, name)
+        images = check_image_source(images, name)
+        self.num_images = check_num_images(num_images, images, name)
+        if self.num_images < 2:
+            raise ValueError(f"num_images must be >= 2, got {num_images}")
+        self.image_size = check_image_size(image_size, "image_size", f"{name}: set image_size=64 (say)")
+        self.images_source: str | Tensor = images
         if isinstance(images, Tensor):  # refused now, not at the first epoch end
-            pixel_images(images, type(self).__name__, "images=")
-        self.images_source = images
-        self.num_images, self.image_size = int(num_images), int(image_size)
+            self.images_source = self._image_set(None)
         self.block_size = check_block_size(block_size)
         self.max_batch = int(max_batch)
         self._images: Tensor | None = None
@@ -160,10 +139,25 @@ class TaskPriorCallback(BackboneMonitor):
         shard = Shard(trainer.global_rank, trainer.world_size)
         return torch.tensor(list(shard.indices(self._images.shape[0])), dtype=torch.long)
 
+    def _image_set(self, val_images: Tensor | None) -> Tensor:
+        """The fixed image set of ``images=`` (validation images not resized: ``resize=False`` keeps the numbers of
+        earlier versions), refused below 2 images (a kernel needs pairs)."""
+        images = probe_images(
+            self.images_source, num_images=self.num_images, image_size=self.image_size, val_images=val_images,
+            denormalize=self.denormalize, resize=False, owner=type(self).__name__,
+        )  # fmt: skip
+        if images.shape[0] < 2:
+            raise ValueError(
+                f"TaskPriorCallback: the fixed image set has {images.shape[0]} image, the moments need >= 2; give "
+                "more validation images or another images= source"
+            )
+        return images
+
     def _prepare(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if self._images is not None:
             return
-        self._images = fixed_images(self.images_source, trainer, self.num_images, self.image_size, self.denormalize)
+        wants_val = isinstance(self.images_source, str) and self.images_source in ("auto", "val")
+        self._images = self._image_set(first_val_images(trainer, self.num_images) if wants_val else None)
         idx = self._share(trainer)
         if self.prior_features is not None:
             if self.prior_features.shape[0] != self._images.shape[0]:

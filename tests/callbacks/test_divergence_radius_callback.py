@@ -104,13 +104,13 @@ def test_probe_sources_and_feature_fn() -> None:
         def val_dataloader(self):
             return DataLoader(TensorDataset(torch.full((6, 1, 20, 20), 0.5), torch.zeros(6)), 2)
 
-    cb = _cb(source="val", feature_fn=lambda module, x: module.backbone.embed(x) * 2.0)
+    cb = _cb(images="val", feature_fn=lambda module, x: module.backbone.embed(x) * 2.0)
     trainer = SimpleNamespace(global_rank=0, world_size=1, datamodule=DM())
     model = TinyModule()
     cb.compute(trainer, model)
     assert cb.images.shape == (4, 3, 16, 16) and torch.allclose(cb.images, torch.full_like(cb.images, 0.5), atol=1e-6)
     with pytest.raises(ValueError, match="no validation images"):
-        _cb(source="val").probe_images(SimpleNamespace(datamodule=None))
+        _cb(images="val").probe_images(SimpleNamespace(datamodule=None))
     with pytest.raises(AttributeError, match="feature_fn"):
         _cb().compute(SimpleNamespace(global_rank=0, world_size=1, datamodule=None), nn.Linear(2, 2))
     with pytest.raises(ValueError, match="unknown perturbation"):

@@ -16,7 +16,7 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
 from src.callbacks import DivergenceRadiusCallback, SynBenchCallback, TaskPriorCallback
-from src.callbacks._monitor import PIXEL_OVERSHOOT, as_denormalize, clip_overshoot, pixel_images
+from src.utils.probe_images import PIXEL_OVERSHOOT, as_denormalize, clip_overshoot, pixel_images
 from src.utils.tensorboard import read_scalars
 from tests._lightning import quiet_trainer
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import lightning as L
 import numpy as np
 import pytest
@@ -112,9 +114,11 @@ def test_bad_input() -> None:
 
 
 def test_digits_images_beyond_the_bundled_set_are_refused() -> None:
-    """images='digits' with num_images above the 1797 bundled digits once silently used 1797 images."""
-    from src.callbacks.task_prior_callback import fixed_images
-
-    with pytest.raises(ValueError, match=r"num_images must be an integer in \[2, 1797\] .*got 5000"):
-        fixed_images("digits", None, 5000, 8)
-    assert fixed_images("digits", None, 6, 8).shape == (6, 3, 8, 8)
+    """images='digits' with num_images above the 1797 bundled digits once silently used 1797 images; now refused
+    when the callback is made (src.utils.probe_images owns the check)."""
+    opts = dict(prior_backbone=None, prior_features=torch.randn(6, 2), images="digits", image_size=8)
+    with pytest.raises(ValueError, match=r"num_images must be an integer in \[1, 1797\] .*got 5000"):
+        TaskPriorCallback(num_images=5000, **opts)
+    cb = TaskPriorCallback(num_images=6, **opts)
+    cb._prepare(SimpleNamespace(global_rank=0, world_size=1, datamodule=None), TinyModule())
+    assert cb._images.shape == (6, 3, 8, 8)

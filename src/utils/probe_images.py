@@ -1,0 +1,294 @@
+"""The fixed probe images of the image monitors (DivergenceRadius, Task Prior), without Lightning: one vocabulary of
+sources (:data:`IMAGE_SOURCES` or an image tensor), one builder (:func:`probe_images`) and the pixel-space checks.
+
+Every probe image is float (N, 3, H, W) in [0, 1] pixel space (the backbone adapter normalises inside). Validation
+images in another convention are mapped by ``denormalize=`` (:func:`as_denormalize`) and checked by
+:func:`pixel_images`; nothing is clamped silently: images farther outside [0, 1] than a resize can overshoot are
+refused, a resize's overshoot is clipped with a warning (:func:`clip_overshoot`).
+
+Sources (``images=`` of both monitors):
+
+* ``"auto"``: the validation images when the data module has some, else ``"photos"``;
+* ``"val"``: the first ``num_images`` validation images (an error when there are none);
+* ``"photos"``: ``num_images`` seeded crops of the bundled offline photos (:func:`~src.utils.photos.bundled_photos`)
+  at ``image_size``;
+* ``"digits"``: the first ``num_images`` of scikit-learn's 1797 bundled digits at ``image_size``;
+* an (N, C, H, W) float tensor in [0, 1]: the probe set as given (at its own size, N <= ``num_images``).
+"""
+
+from __future__ import annotations
+
+import logging
+import numbers
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from .digits import check_image_size, load_digits_tensors, upsample_digits
+from .photos import bundled_photos
+
+__all__ = [
+    "BUNDLED_DIGITS",
+    "IMAGE_SOURCES",
+    "PIXEL_OVERSHOOT",
+    "Denormalize",
+    "as_denormalize",
+    "check_image_source",
+    "check_num_images",
+    "clip_overshoot",
+    "pixel_images",
+    "probe_images",
+]
+
+log = logging.getLogger("repbench")
+
+#: the named probe-image sources (besides an image tensor)
+IMAGE_SOURCES = ("auto", "val", "photos", "digits")
+
+#: images in scikit-learn's bundled digits data set (``load_digits()``)
+BUNDLED_DIGITS = 1797
+
+Denormalize = Callable[[Tensor], Tensor] | Sequence[Any] | Mapping[str, Any] | None
+
+# How far a resize can push [0, 1] images outside [0, 1]. Bilinear, area, nearest and antialiased bilinear
+# resampling take convex combinations of the pixels (non-negative weights summing to 1): no overshoot at all.
+# Bicubic (Keys) convolution has negative lobes w(x) = a (x - 1)(x - 2)^2 on 1 < |x| < 2; with PyTorch's a = -0.75
+# the two negative taps of one axis at sub-pixel offset t weigh N(t) = 0.75 t (1 - t) together, at most N = 3/16
+# (t = 1/2; PIL's a = -0.5 gives 1/8). A separable 2-D kernel with per-axis positive mass P = 1 + N and negative
+# mass N reaches at most P^2 + N^2 - 1 = 2N + 2N^2 = 57/128 above 1 (and by symmetry 57/128 below 0) on a [0, 1]
+# image: any pixel farther out cannot come from resizing a [0, 1] image, so it is refused.
+PIXEL_OVERSHOOT = 57 / 128
+
+# Float32 rounding of x * std + mean for a pixel that was exactly in [0, 1] before (x - mean) / std: two roundings of
+# relative size 2^-24 on magnitudes <= 2 (|x * std| <= 1 + |mean| with mean in [0, 1]): <= 2 * 2 * 6e-8 = 2.4e-7.
+# Pixels clipped by less than this are rounding, by more are interpolation overshoot (reported).
+_ROUNDING = 1e-6
+
+
+def _who(owner: str) -> str:
+    """The name errors start with: the caller's (e.g. ``DivergenceRadiusCallback``), else ``probe_images``."""
+    return owner or "probe_images"
+
+
+# ---------------------------------------------------------------------------------------------------- pixel space
+def _channel_values(values: Any, what: str, owner: str) -> Tensor:
+    """``values`` (a number or a sequence of numbers, one per channel) as a finite float64 vector."""
+    try:
+        t = torch.as_tensor(list(values) if isinstance(values, Sequence) else values, dtype=torch.float64).reshape(-1)
+    except (TypeError, ValueError, RuntimeError):
+        raise TypeError(
+            f"{owner}(denormalize=...): the {what} must be a number or one number per channel, got {values!r}"
+        ) from None
+    if t.numel() == 0 or not bool(torch.isfinite(t).all()):
+        raise ValueError(f"{owner}(denormalize=...): the {what} must be finite numbers, got {values!r}")
+    return t
+
+
+def as_denormalize(spec: Denormalize, owner: str) -> Callable[[Tensor], Tensor] | None:
+    """The map from the validation images' convention to [0, 1] pixel space, from ``denormalize=``:
+
+    * ``None``: the images are in [0, 1] already;
+    * ``(mean, std)`` or ``{"mean": ..., "std": ...}`` (numbers or one per channel): the images were normalised
+      as ``(x - mean) / std`` and are mapped back by ``x * std + mean`` (0..255 images: ``(0, 1 / 255)``);
+    * a callable ``images -> images`` (any other convention; returned as it is).
+
+    Raises ``TypeError``/``ValueError`` naming ``denormalize=`` for anything else, a non-positive or non-finite std.
+    """
+    if spec is None or callable(spec):
+        return spec
+    if isinstance(spec, Mapping):
+        if set(spec) != {"mean", "std"}:
+            raise ValueError(
+                f"{owner}(denormalize={{...}}) needs exactly the keys 'mean' and 'std', got {sorted(spec)}"
+            )
+        spec = (spec["mean"], spec["std"])
+    if isinstance(spec, (str, bytes)) or not isinstance(spec, Sequence) or len(spec) != 2:
+        raise TypeError(
+            f"{owner}(denormalize=...) must be None, (mean, std), {{'mean': ..., 'std': ...}} or a callable "
+            f"mapping the validation images to [0, 1]; got {spec!r}"
+        )
+    mean, std = _channel_values(spec[0], "mean", owner), _channel_values(spec[1], "std", owner)
+    if not bool((std > 0).all()):
+        raise ValueError(f"{owner}(denormalize=...): every std must be > 0, got {std.tolist()}")
+
+    def denormalize(x: Tensor) -> Tensor:
+        """x * std + mean, channel-wise."""
+        for name, t in (("mean", mean), ("std", std)):
+            if t.numel() not in (1, x.shape[1]):
+                raise ValueError(
+                    f"{owner}(denormalize=...): {t.numel()} {name} values for images with {x.shape[1]} channels; "
+                    "give one value, or one per channel"
+                )
+        shape = (1, -1, 1, 1)
+        return x * std.to(x.dtype).view(shape) + mean.to(x.dtype).view(shape)
+
+    return denormalize
+
+
+def pixel_images(x: Tensor, owner: str, what: str, denormalize: Callable[[Tensor], Tensor] | None = None) -> Tensor:
+    """``denormalize(x)`` (or ``x``) checked to be finite (N, C, H, W) images in [0, 1] pixel space, allowing the
+    interpolation overshoot :data:`PIXEL_OVERSHOOT` (values are returned as they are: callers that need [0, 1]
+    exactly clip with :func:`clip_overshoot`). Raises ``ValueError`` naming ``denormalize=``, the range seen and
+    the fix."""
+    if not isinstance(x, Tensor) or not x.is_floating_point() or x.dim() != 4:
+        kind = f"{x.dtype} tensor of shape {tuple(x.shape)}" if isinstance(x, Tensor) else type(x).__name__
+        raise ValueError(f"{owner}: {what} must be a float (N, C, H, W) tensor, got a {kind}")
+    if denormalize is not None:
+        y = denormalize(x)
+        if not isinstance(y, Tensor) or y.shape != x.shape:
+            got = tuple(y.shape) if isinstance(y, Tensor) else type(y).__name__
+            raise ValueError(
+                f"{owner}(denormalize=...) must return images of the shape it gets {tuple(x.shape)}, got {got}"
+            )
+        x = y
+    if x.numel() == 0:
+        return x
+    if not bool(torch.isfinite(x).all()):
+        raise ValueError(f"{owner}: {what} contain NaN or inf pixels; fix the data pipeline that produced them")
+    lo, hi = (float(v) for v in torch.aminmax(x))
+    if lo >= -PIXEL_OVERSHOOT and hi <= 1.0 + PIXEL_OVERSHOOT:
+        return x
+    if denormalize is not None:
+        raise ValueError(
+            f"{owner}: after denormalize=..., the {what} lie in [{lo:.4g}, {hi:.4g}], not in [0, 1] pixel space "
+            f"(resizing overshoot up to {PIXEL_OVERSHOOT:.3f} is allowed); check that denormalize= inverts the "
+            "data pipeline's normalisation: (mean, std) are the values the images were normalised with"
+        )
+    raise ValueError(
+        f"{owner}: the {what} lie in [{lo:.4g}, {hi:.4g}], not in [0, 1] pixel space (resizing overshoot up to "
+        f"{PIXEL_OVERSHOOT:.3f} is allowed). The monitors take [0, 1] images (the backbone applies its own "
+        "normalisation): give denormalize=(mean, std) with the mean/std your pipeline normalised with (e.g. "
+        "denormalize={'mean': [0.485, 0.456, 0.406], 'std': [0.229, 0.224, 0.225]}), denormalize=(0, 1 / 255) "
+        "for 0..255 images, or a callable mapping your images to [0, 1]"
+    )
+
+
+def clip_overshoot(x: Tensor, owner: str, what: str) -> Tensor:
+    """``x`` clipped to [0, 1] after :func:`pixel_images` accepted it: clipping of float rounding is silent, clipping
+    of interpolation overshoot is reported (a warning with the count), never of more than PIXEL_OVERSHOOT."""
+    outside = int(((x < -_ROUNDING) | (x > 1.0 + _ROUNDING)).sum())
+    if outside:
+        log.warning(
+            "%s: %d of %d pixels of the %s lay outside [0, 1] by at most %.3f (interpolation overshoot); clipped "
+            "to [0, 1]", owner, outside, x.numel(), what, max(-float(x.min()), float(x.max()) - 1.0),
+        )  # fmt: skip
+    return x.clamp(0.0, 1.0)
+
+
+# ---------------------------------------------------------------------------------------------------- sources
+def check_image_source(images: Any, owner: str = "") -> str | Tensor:
+    """``images`` as given when it is one of :data:`IMAGE_SOURCES` or a tensor (whose pixels :func:`probe_images`
+    checks), else a ValueError naming ``images=``, the choices and the fix."""
+    if isinstance(images, Tensor) or (isinstance(images, str) and images in IMAGE_SOURCES):
+        return images
+    choices = ", ".join(repr(s) for s in IMAGE_SOURCES)
+    raise ValueError(
+        f"{_who(owner)}: images={images!r} is not a probe-image source; images must be one of {choices} or a float "
+        "(N, C, H, W) tensor of images in [0, 1]. Use images='auto' (the validation images, else the bundled photos), "
+        "'val', 'photos' (bundled, offline), 'digits' (scikit-learn's, offline) or pass your own image tensor"
+    )
+
+
+def check_num_images(num_images: Any, images: str | Tensor = "auto", owner: str = "") -> int:
+    """``num_images`` as an int >= 1 (at most :data:`BUNDLED_DIGITS` for ``images="digits"``), else a ValueError
+    naming ``num_images=`` and the fix (never a silent clamp to the digits there are)."""
+    if isinstance(num_images, bool) or not isinstance(num_images, numbers.Integral) or num_images < 1:
+        raise ValueError(
+            f"{_who(owner)}: num_images must be an integer >= 1 (probe images), got {num_images!r}; set "
+            "num_images=32 (say)"
+        )
+    if isinstance(images, str) and images == "digits" and num_images > BUNDLED_DIGITS:
+        raise ValueError(
+            f"{_who(owner)}: num_images must be an integer in [1, {BUNDLED_DIGITS}] (the bundled digits) with "
+            f"images='digits', got {num_images}; lower num_images, or use images='photos' or an image tensor"
+        )
+    return int(num_images)
+
+
+def _rgb(x: Tensor, owner: str, what: str) -> Tensor:
+    """(N, 1 or 3, H, W) images as RGB (gray repeated: a broadcast view), else a ValueError naming ``what``."""
+    if x.shape[1] not in (1, 3):
+        raise ValueError(
+            f"{owner}: the {what} must have 1 (gray) or 3 (RGB) channels, got shape {tuple(x.shape)}; convert them "
+            "to RGB (or gray) images first"
+        )
+    return x.expand(-1, 3, -1, -1) if x.shape[1] == 1 else x
+
+
+def _given(x: Tensor, num_images: int, owner: str) -> Tensor:
+    """An explicit probe set: checked pixels (no ``denormalize``: it is pixel space), RGB, at most ``num_images``
+    images (more is refused, not cut: which ones to drop is the caller's choice), kept at its own size."""
+    x = _rgb(pixel_images(x, owner, "images=", None), owner, "images=")
+    if x.shape[0] == 0 or x.shape[0] > num_images:
+        raise ValueError(
+            f"{owner}: images= holds {x.shape[0]} images but num_images={num_images}; the tensor is the probe set "
+            f"as given, so give 1 to num_images images: set num_images={max(1, x.shape[0])} or pass images[:{num_images}]"
+        )
+    return clip_overshoot(x, owner, "images=")
+
+
+def _digits(num_images: int, image_size: int) -> Tensor:
+    """The first ``num_images`` bundled digits, (N, 3, S, S) in [0, 1] (``num_images`` checked by the caller)."""
+    images, _ = load_digits_tensors()
+    return upsample_digits(images[:num_images], image_size)
+
+
+def _validation(
+    x: Tensor, image_size: int, denormalize: Callable[[Tensor], Tensor] | None, resize: bool, owner: str
+) -> Tensor:
+    """Validation images mapped to [0, 1] by ``denormalize``, checked, overshoot clipped (with a warning), RGB, and
+    resized to ``image_size`` when ``resize`` (antialiased bilinear: convex weights, no new overshoot)."""
+    what = "validation images"
+    x = _rgb(clip_overshoot(pixel_images(x, owner, what, denormalize), owner, what), owner, what)
+    if resize and tuple(x.shape[-2:]) != (image_size, image_size):
+        x = F.interpolate(x, size=(image_size, image_size), mode="bilinear", antialias=True)
+        x = x.clamp(0.0, 1.0)  # float rounding of the convex resize only (weights sum to 1 up to ulps)
+    return x
+
+
+def probe_images(
+    source: str | Tensor,
+    *,
+    num_images: int,
+    image_size: int,
+    seed: int = 0,
+    val_images: Tensor | None = None,
+    denormalize: Denormalize = None,
+    resize: bool = True,
+    owner: str = "",
+) -> Tensor:
+    """The fixed probe set of ``source`` (one of :data:`IMAGE_SOURCES` or a tensor) as contiguous float
+    (N, 3, H, W) images in [0, 1]:
+
+    * a tensor: checked by :func:`pixel_images` (it is pixel space: ``denormalize`` does not apply), gray -> RGB,
+      at its own size, 1 to ``num_images`` images (more is refused);
+    * ``"val"``: the first ``num_images`` of ``val_images`` (the caller's validation images, e.g. the monitors'
+      ``first_val_images``; None or empty is an error naming the fix), mapped by ``denormalize``
+      (:func:`as_denormalize`), checked, the allowed overshoot clipped with a warning, gray -> RGB, resized to
+      ``image_size`` x ``image_size`` (antialiased bilinear) when ``resize``, else at their own size;
+    * ``"auto"``: as ``"val"`` when ``val_images`` holds images, else as ``"photos"``;
+    * ``"photos"``: :func:`~src.utils.photos.bundled_photos` ``(num_images, image_size, seed)``;
+    * ``"digits"``: the first ``num_images`` (at most 1797) scikit-learn digits at ``image_size`` (bilinear).
+
+    ``owner`` (e.g. ``"DivergenceRadiusCallback"``) starts every error message. Deterministic in its arguments.
+    """
+    who = _who(owner)
+    source = check_image_source(source, owner)
+    n = check_num_images(num_images, source, owner)
+    size = check_image_size(image_size, "image_size", f"{who}: set image_size=64 (say)")
+    if isinstance(source, Tensor):
+        return _given(source, n, who).contiguous()
+    if source == "digits":
+        return _digits(n, size).contiguous()
+    has_val = val_images is not None and len(val_images) > 0
+    if source == "val" and not has_val:
+        raise ValueError(
+            f"{who}(images='val'): there are no validation images (the data module has no validation set, or it is "
+            "empty); use images='auto' or 'photos' (the bundled photos) or 'digits', or pass an image tensor"
+        )
+    if source == "photos" or not has_val:
+        return bundled_photos(n, size, seed=seed)
+    return _validation(val_images[:n], size, as_denormalize(denormalize, who), bool(resize), who).contiguous()
