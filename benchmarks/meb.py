@@ -6,7 +6,7 @@ Baseline (same process, interleaved repeats): the previous solver (subset enumer
 cost, limited to supports of <= 13 points), loaded from git at ``BASELINE_COMMIT`` (the benchmark runs from the
 repository). For each (n points, D) workload it reports the median sets/s of both, their ratio (new / old, > 1 =
 faster), the max relative radius difference between them, and the max relative radius difference against an exact
-reference: Welzl's recursion (tests/robustness/reference_meb.py) for the small supports, the closed form for the
+reference: Welzl's recursion (tests/divergence_radius/reference_meb.py) for the small supports, the closed form for the
 regular simplex (circumradius sqrt(1 − 1/k) of the k unit basis vectors, rotated into R^D).
 Workloads: DivergenceRadius sweeps (clean + m perturbed unit embeddings along a smooth curve; m = 5, 20, 40 in
 1280-d, the EfficientNet-Lite0 width, and m = 5 in 384-d), isotropic Gaussian clouds (supports of all n points), and
@@ -28,11 +28,11 @@ from pathlib import Path
 
 import torch
 
-from src.robustness import minimum_enclosing_ball
-from tests.robustness.reference_meb import welzl_meb
+from src.divergence_radius import minimum_enclosing_ball
+from tests.divergence_radius.reference_meb import welzl_meb
 
 F64 = torch.float64
-#: the last commit of the enumeration solver (src/robustness/meb.py before the interior-point/active-set solver)
+#: the last commit of the enumeration solver (src/divergence_radius/meb.py before the interior-point/active-set solver)
 BASELINE_COMMIT = "f8d8463f252cea0743643cdd044dafc32beb2c6c"
 
 
@@ -40,7 +40,10 @@ def baseline_solver() -> Callable | None:
     """The previous ``minimum_enclosing_ball`` from git (None when git or the commit is unavailable)."""
     try:
         text = subprocess.run(
-            ["git", "show", f"{BASELINE_COMMIT}:src/robustness/meb.py"], capture_output=True, text=True, check=True
+            ["git", "show", f"{BASELINE_COMMIT}:src/divergence_radius/meb.py"],
+            capture_output=True,
+            text=True,
+            check=True,
         ).stdout
     except (OSError, subprocess.CalledProcessError):
         return None

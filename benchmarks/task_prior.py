@@ -35,7 +35,7 @@ if str(ROOT) not in sys.path:  # `python benchmarks/task_prior.py` from anywhere
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from src.taskprior import (  # noqa: E402
+from src.task_prior import (  # noqa: E402
     centered_cosine_kernel,
     kernel_scale,
     kernel_source,

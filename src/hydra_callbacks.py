@@ -3,7 +3,7 @@ method cores hold no Hydra code.
 
 ``TaskPriorTableCallback``: at the end of a run or multirun of ``python -m src.train experiment=task_prior``, the
 table of the ``task_prior_row.json`` files under its directory (Task Priors, Patel & Balestriero, arXiv:2507.09871),
-written as ``task_prior.{csv,md,json}`` by :func:`src.taskprior.report.write_table`.
+written as ``task_prior.{csv,md,json}`` by :func:`src.task_prior.report.write_table`.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any
 
 from hydra.experimental.callback import Callback
 
-from .taskprior.report import collect_rows, write_table
+from .task_prior.report import collect_rows, write_table
 
 __all__ = ["TaskPriorTableCallback"]
 

@@ -93,7 +93,8 @@ CASES = [
         "callbacks/divergence_radius.yaml",
         "callbacks.divergence_radius",
         effective={
-            k: _field("src.robustness.config:DivergenceRadiusConfig", k) for k in ("m", "mode", "seed", "chunk_size")
+            k: _field("src.divergence_radius.config:DivergenceRadiusConfig", k)
+            for k in ("m", "mode", "seed", "chunk_size")
         },
     ),
     Case(
@@ -228,16 +229,18 @@ def _item(path: str, key: str) -> Callable[[], Any]:
 
 CLI_BLOCKS = [
     CliBlock(
-        "robustness.yaml",
+        "divergence_radius.yaml",
         "divergence_radius",
-        "src.robustness.config:DivergenceRadiusConfig",
+        "src.divergence_radius.config:DivergenceRadiusConfig",
         differ={"chunk_size": "32: the chunking of the run quoted in docs/divergence_radius.md (chunks seed draws)"},
     ),
     CliBlock(
-        "robustness.yaml",
+        "divergence_radius.yaml",
         "",
-        "src.robustness.compare:compare_backbones",
-        effective={k: _item("src.robustness.compare:DIGITS_SPLIT", k) for k in ("image_size", "n_train", "n_test")},
+        "src.divergence_radius.compare:compare_backbones",
+        effective={
+            k: _item("src.divergence_radius.compare:DIGITS_SPLIT", k) for k in ("image_size", "n_train", "n_test")
+        },
     ),
 ]
 

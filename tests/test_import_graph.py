@@ -1,7 +1,7 @@
 """The package's import graph: layers import downward only, and no two subpackages import each other (no cycle).
 
 Layers, lowest first (a subpackage may import its own layer's lower neighbours named in ALLOWED, never above):
-utils -> backbones, features, perturbations, attacks -> synbench, robustness, taskprior (the three cores, no
+utils -> backbones, features, perturbations, attacks -> synbench, divergence_radius, task_prior (the three cores, no
 Lightning data modules), baselines -> data -> metrics -> callbacks -> models -> train / eval / hydra_callbacks / report (entry points).
 The package root (``src/__init__.py``: the installed name and the repository alias) imports nothing of ours and may be
 imported by anyone.
@@ -23,17 +23,26 @@ ALLOWED: dict[str, set[str]] = {
     "perturbations": {"utils"},
     "attacks": {"utils"},
     "synbench": {"utils", "backbones", "features"},
-    "robustness": {"utils", "backbones", "features", "perturbations"},
-    "taskprior": {"utils", "backbones", "features"},
+    "divergence_radius": {"utils", "backbones", "features", "perturbations"},
+    "task_prior": {"utils", "backbones", "features"},
     # task-agnostic baseline scores (LogME, SFDA, RankMe, alpha-ReQ, loss-data curves) on SynBench's proxy task
     "baselines": {"utils", "features", "synbench"},
     "data": {"utils", "synbench"},
-    "metrics": {"utils", "features", "synbench", "robustness", "taskprior", "baselines"},
-    "callbacks": {"utils", "backbones", "features", "perturbations", "synbench", "robustness", "taskprior", "metrics"},
-    "models": {"utils", "backbones", "features", "perturbations", "attacks", "synbench", "taskprior", "metrics"},
+    "metrics": {"utils", "features", "synbench", "divergence_radius", "task_prior", "baselines"},
+    "callbacks": {
+        "utils",
+        "backbones",
+        "features",
+        "perturbations",
+        "synbench",
+        "divergence_radius",
+        "task_prior",
+        "metrics",
+    },
+    "models": {"utils", "backbones", "features", "perturbations", "attacks", "synbench", "task_prior", "metrics"},
     "train": {"utils", "backbones", "callbacks", "models", "data"},
     "eval": {"utils", "attacks", "models", "data"},
-    "hydra_callbacks": {"utils", "taskprior"},
+    "hydra_callbacks": {"utils", "task_prior"},
     # the audit report over every method (python -m src.report): an entry point
     "report": {
         "utils",
@@ -41,8 +50,8 @@ ALLOWED: dict[str, set[str]] = {
         "features",
         "attacks",
         "synbench",
-        "robustness",
-        "taskprior",
+        "divergence_radius",
+        "task_prior",
         "baselines",
         "data",
         "models",

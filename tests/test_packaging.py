@@ -75,7 +75,14 @@ def test_wheel_holds_one_package_with_its_configs(wheel):
     assert yamls == {str(p.relative_to(ROOT / "configs")) for p in (ROOT / "configs").rglob("*.yaml")}
     assert "repbench/train.py" in names and "repbench/callbacks/synbench_callback.py" in names
     entry_points = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith("entry_points.txt"))).decode()
-    for script in ("repbench-train", "repbench-eval", "repbench-synbench", "repbench-robustness", "repbench-taskprior", "repbench-report"):
+    for script in (
+        "repbench-train",
+        "repbench-eval",
+        "repbench-synbench",
+        "repbench-divergence-radius",
+        "repbench-task-prior",
+        "repbench-report",
+    ):
         assert script in entry_points
 
 

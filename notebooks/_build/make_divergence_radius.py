@@ -21,7 +21,7 @@ cells = [
         "sys.path.insert(0, str(ROOT))\nos.environ.setdefault('HF_HUB_OFFLINE', '1')\n"
         "import math, numpy as np, torch, matplotlib.pyplot as plt\n"
         "torch.set_num_threads(2)\n"
-        "from src.robustness import (minimum_enclosing_ball, divergence_radius, cosine_robustness, "
+        "from src.divergence_radius import (minimum_enclosing_ball, divergence_radius, cosine_robustness, "
         "euclidean_robustness, robustness_sweep)\n"
         "from src.utils.photos import bundled_photos\n"
         "T0 = time.time()"
@@ -102,7 +102,7 @@ cells = [
     ),
     code("print(f'notebook ran in {time.time() - T0:.0f} s')"),
     md(
-        "More: `python -m src.robustness` writes the downstream report (ACC_p per image, the regression from R_dr "
+        "More: `python -m src.divergence_radius` writes the downstream report (ACC_p per image, the regression from R_dr "
         "or R_cs to ACC_p, the paper's Figs. 5 and 10); `DivergenceRadiusCallback` logs these values during any "
         "Lightning training (see docs/divergence_radius.md)."
     ),

@@ -30,8 +30,8 @@ import lightning as L
 import torch
 from torch import Tensor
 
+from ..divergence_radius.config import DivergenceRadiusConfig
 from ..metrics.divergence_radius import robustness_metrics
-from ..robustness.config import DivergenceRadiusConfig
 from ..utils.distributed import Shard
 from ..utils.modes import eval_mode
 from ..utils.probe_images import Denormalize, as_denormalize, check_image_source, check_num_images, probe_images
@@ -88,7 +88,7 @@ class DivergenceRadiusCallback(BackboneMonitor):
     num_images, image_size: the probe set's size (at most ``num_images`` images) and the side validation images are
         resized to and photos / digits made at (an ``images=`` tensor keeps its own size).
     m, mode, perturbations, chunk_size, seed: the sweep, fields of
-        :class:`~src.robustness.config.DivergenceRadiusConfig` (None = the ``config``'s value, whose defaults are the
+        :class:`~src.divergence_radius.config.DivergenceRadiusConfig` (None = the ``config``'s value, whose defaults are the
         paper's m = 5 equally spaced parameters of all nine perturbations of Table 8): perturbed versions per image
         and perturbation; "equal" spacing or "random"; names; images per chunk (the unit of work sharded over ranks;
         random perturbations seeded per chunk); seed of the random perturbations (and of random parameters).

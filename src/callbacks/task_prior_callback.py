@@ -24,9 +24,9 @@ from torch import Tensor
 from ..backbones.spec import check_backbone_spec
 from ..features import FeatureExtractor
 from ..metrics.task_prior import TaskPriorMoments
-from ..taskprior.config import TaskPriorConfig
-from ..taskprior.conventions import TaskPriorConvention, resolve_convention
-from ..taskprior.validation import check_block_size
+from ..task_prior.config import TaskPriorConfig
+from ..task_prior.conventions import TaskPriorConvention, resolve_convention
+from ..task_prior.validation import check_block_size
 from ..utils.digits import check_image_size
 from ..utils.distributed import Shard, all_reduce_sum
 from ..utils.modes import eval_mode
@@ -42,7 +42,7 @@ class TaskPriorCallback(BackboneMonitor):
     temperature: T of the Task Prior (Thm 2.3); None = the convention's (``"repbench"``: 0.01).
     prior_backbone: registry name or ``{name: ..., **opts}`` of the prior (its features are computed once on the
         fixed images, then the backbone is dropped); or give ``prior_features`` (N, D) for the same images (and
-        ``prior_backbone=None``). Default: :class:`~src.taskprior.TaskPriorConfig`'s.
+        ``prior_backbone=None``). Default: :class:`~src.task_prior.TaskPriorConfig`'s.
     images: the fixed image set, the vocabulary of :func:`src.utils.probe_images.probe_images` (shared with
         DivergenceRadiusCallback): ``"val"`` (default: the first ``num_images`` validation images, at their own size:
         not resized) | ``"auto"`` (those, else the bundled photos) | ``"photos"`` | ``"digits"`` | an (N, C, H, W)
@@ -53,7 +53,7 @@ class TaskPriorCallback(BackboneMonitor):
         keep their own size.
     feature_fn: ``(pl_module, x) -> (N, D)``; default ``pl_module.backbone.embed``.
     eval_scale, prior_scale: ``"frobenius"`` | ``"none"``; None = the convention's (``"repbench"``: M/‖M‖_F, raw K).
-    block_size: row blocks of the tiled moments (memory only); default :class:`~src.taskprior.TaskPriorConfig`'s.
+    block_size: row blocks of the tiled moments (memory only); default :class:`~src.task_prior.TaskPriorConfig`'s.
     skip_unchanged: do not recompute when the backbone's weights did not change.
     max_batch: images per forward.
     prefix: log-name prefix (``val/task_prior``).
@@ -63,7 +63,7 @@ class TaskPriorCallback(BackboneMonitor):
         of range are refused (both backbones normalise inside, so normalised images would be normalised twice).
     progress: report progress while computing (the prior's features once, then each computation).
     convention: ``"repbench"`` (default) | ``"paper"`` | ``"authors"`` (or a ``TaskPriorConvention``): the preset of
-        ``temperature``, ``eval_scale`` and ``prior_scale`` (docs/task_priors.md, "Conventions"); an explicit
+        ``temperature``, ``eval_scale`` and ``prior_scale`` (docs/task_prior.md, "Conventions"); an explicit
         value (not None) wins. Resolved and checked here, before training.
     """
 

@@ -21,10 +21,10 @@ import torch
 from torch import Tensor
 from torchmetrics import Metric
 
+from ..divergence_radius.config import DivergenceRadiusConfig
+from ..divergence_radius.metrics import cosine_robustness, divergence_radius
+from ..divergence_radius.protocol import robustness_sweep
 from ..features import FeatureExtractor
-from ..robustness.config import DivergenceRadiusConfig
-from ..robustness.metrics import cosine_robustness, divergence_radius
-from ..robustness.protocol import robustness_sweep
 from ..utils.distributed import Shard, all_reduce_sum, no_reduce, raise_if_any_failed
 from ._plot import PlotMixin
 
@@ -122,7 +122,7 @@ def _check_range(v: Tensor, metric: str, meaning: str) -> Tensor:
         raise ValueError(
             f"{metric}: per-image values must lie in [0, 1], got values in [{float(v.min())}, {float(v.max())}]; "
             f"each value is {meaning}, so it cannot leave [0, 1]. Pass the values of "
-            "src.robustness.divergence_radius / cosine_robustness (or SweepOutput.r_dr / r_cs), in the column order "
+            "src.divergence_radius.divergence_radius / cosine_robustness (or SweepOutput.r_dr / r_cs), in the column order "
             "of `perturbations`"
         )
     return v.clamp(0.0, 1.0)
@@ -159,7 +159,7 @@ def robustness_metrics(
     world_size: int = 1,
     device: str | torch.device | None = None,
 ) -> dict[str, float]:
-    """The sweep of ``config`` (:class:`~src.robustness.config.DivergenceRadiusConfig`, a mapping of its fields or
+    """The sweep of ``config`` (:class:`~src.divergence_radius.config.DivergenceRadiusConfig`, a mapping of its fields or
     None for its defaults; the keyword arguments override its fields when not None) on this rank's chunks of
     ``images`` through both metrics; every rank must call it (``compute`` syncs). Returns
     {"divergence_radius/<name>", "divergence_radius/mean", "cosine_robustness/<name>", ...}."""

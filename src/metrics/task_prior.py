@@ -26,11 +26,11 @@ import torch
 from torch import Tensor
 from torchmetrics import Metric
 
-from ..taskprior.config import TaskPriorConfig
-from ..taskprior.conventions import TaskPriorConvention, resolve_convention
-from ..taskprior.moments import kernel_scale, kernel_source, sharded_moment_sums
-from ..taskprior.probing import DEFAULT_QUANTILES, accuracy_summary
-from ..taskprior.validation import check_block_size, check_int, check_tensor
+from ..task_prior.config import TaskPriorConfig
+from ..task_prior.conventions import TaskPriorConvention, resolve_convention
+from ..task_prior.moments import kernel_scale, kernel_source, sharded_moment_sums
+from ..task_prior.probing import DEFAULT_QUANTILES, accuracy_summary
+from ..task_prior.validation import check_block_size, check_int, check_tensor
 from ..utils.distributed import Shard, no_reduce, process_seams
 from ._plot import PlotMixin
 
@@ -49,9 +49,9 @@ class TaskPriorMoments(PlotMixin, Metric):
         block_size: rows of the (block, n) kernel slabs (memory O(block · n), never n × n).
         eval_scale, prior_scale: ``"frobenius"`` (divide the kernel by its Frobenius norm) or ``"none"``; None = the
             convention's.
-        convention: ``"repbench"`` (default: T = 0.01, M/‖M‖_F, raw K; docs/task_priors.md, "Scales"), ``"paper"``,
+        convention: ``"repbench"`` (default: T = 0.01, M/‖M‖_F, raw K; docs/task_prior.md, "Scales"), ``"paper"``,
             ``"authors"`` or a ``TaskPriorConvention``: the preset of the three options above, as in
-            ``src.taskprior.task_prior_moments``; an explicit value (not None) wins.
+            ``src.task_prior.task_prior_moments``; an explicit value (not None) wins.
     """
 
     is_differentiable = False
@@ -75,7 +75,7 @@ class TaskPriorMoments(PlotMixin, Metric):
         self.num_samples = check_int(num_samples, "num_samples", 1)
         self.eval_dim = check_int(eval_dim, "eval_dim", 1)
         self.prior_dim = check_int(prior_dim, "prior_dim", 1)
-        #: T and the kernel scales, resolved and checked once (src.taskprior.conventions)
+        #: T and the kernel scales, resolved and checked once (src.task_prior.conventions)
         self.settings = resolve_convention(
             convention, temperature=temperature, eval_scale=eval_scale, prior_scale=prior_scale
         )

@@ -34,8 +34,8 @@ from torch.utils.data import DataLoader, Dataset, Subset
 from ..backbones import Backbone
 from ..features import FeatureExtractor
 from ..metrics.task_prior import TaskAccuracies
-from ..taskprior import TaskPriorConfig, sample_task_labels, task_prior_moments
-from ..taskprior.probing import (
+from ..task_prior import TaskPriorConfig, sample_task_labels, task_prior_moments
+from ..task_prior.probing import (
     BatchedLinearHead,
     Standardizer,
     accuracy_summary,
@@ -70,14 +70,14 @@ def dataset_features(dataset: Dataset, extractor: FeatureExtractor, batch_size: 
 @register_module
 class TaskPriorProbe(RepBenchModule):
     """Args:
-    Every Task-Prior option (and its default) is a :class:`~src.taskprior.TaskPriorConfig` field, checked there.
+    Every Task-Prior option (and its default) is a :class:`~src.task_prior.TaskPriorConfig` field, checked there.
 
     backbone: the evaluated (frozen) backbone: a :class:`Backbone`, a registry name or ``{name: ..., **opts}``.
     prior_backbone: the backbone whose kernel K defines the Task Prior (built once in ``setup``, then dropped).
     num_tasks: labelings sampled (probes trained at once).
     task_classes: q, classes per sampled labeling (>= 2).
     convention: ``"repbench"`` (default), ``"paper"`` or ``"authors"``: the preset of the options below and of
-        the sampler's factor (``src.taskprior.conventions``, docs/task_priors.md, "Conventions").
+        the sampler's factor (``src.task_prior.conventions``, docs/task_prior.md, "Conventions").
     sample_temperature: T of the prefix sampler (Algorithm 1) on K scaled by ``sampler_scale``.
     temperature: T of the closed-form moments (Thm 2.3).
     order: ``"sequential"`` (paper) or ``"random"`` (authors' code) visiting order of the sampler.

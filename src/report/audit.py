@@ -34,9 +34,9 @@ from torch import Tensor
 from ..backbones import Backbone
 from ..backbones.spec import BackboneLike, backbone_labels, backbone_list, build_backbone, check_buildable
 from ..backbones.weights import state_fingerprint
-from ..robustness.config import DivergenceRadiusConfig
+from ..divergence_radius.config import DivergenceRadiusConfig
 from ..synbench.config import SynBenchConfig
-from ..taskprior.config import TaskPriorConfig, task_prior_config
+from ..task_prior.config import TaskPriorConfig, task_prior_config
 from .cache import ResultCache
 
 __all__ = ["AuditConfig", "PARTS", "DOWNSTREAM_DEFAULTS", "REDUCED_SYNBENCH", "run_audit", "AuditResults"]
@@ -176,7 +176,7 @@ def part_baselines(
 
 def part_divergence_radius(bb: Backbone, cfg: DivergenceRadiusConfig, images: Tensor, device: Any) -> dict[str, Any]:
     """Mean R_dr and R_cs per perturbation over ``images`` (and their means over perturbations)."""
-    from ..robustness import robustness_sweep
+    from ..divergence_radius import robustness_sweep
 
     out = robustness_sweep(images, bb.embed, cfg, device=device)
     r_dr, r_cs = out.r_dr.mean(0), out.r_cs.mean(0)
@@ -193,7 +193,7 @@ def part_task_prior(
 ) -> dict[str, Any]:
     """The Task-Prior row of one backbone against the prior's features (same sampled tasks for every backbone)."""
     from ..features import FeatureExtractor
-    from ..taskprior import compare_features
+    from ..task_prior import compare_features
 
     z = FeatureExtractor(bb.embed, device=device)(images).float().cpu()
     (row,) = compare_features({label: z}, prior_features, cfg)
@@ -268,7 +268,7 @@ def run_audit(
 
         dr_images = bundled_photos(cfg.dr_images, cfg.dr_image_size, seed=cfg.divergence_radius.seed)
     if "task_prior" in parts and tp_images is None:
-        from ..taskprior.report import digits_images
+        from ..task_prior.report import digits_images
 
         tp_images = digits_images(cfg.tp_images, cfg.tp_image_size)
     check_buildable(specs)  # missing weights fail before any part runs

@@ -2,7 +2,7 @@
 labelled set, clean and under attack — the accuracies every task-agnostic score of the report is judged against.
 
 Per backbone: features of the training images once, a multinomial logistic-regression probe on them
-(:func:`src.robustness.downstream.fit_linear_probe`, standardised features, L2 penalty ``C``), clean accuracy on the
+(:func:`src.divergence_radius.downstream.fit_linear_probe`, standardised features, L2 penalty ``C``), clean accuracy on the
 held-out test images, and robust accuracy of backbone + probe under untargeted PGD in pixel space at each ``ε``
 (no random start, so the number does not depend on batching; the SynBench paper evaluates its ε-robust probes with
 PGD, Ko et al., ICML 2024, arXiv:2210.02989, §4.3). The probe is trained on clean features: this measures the
@@ -21,8 +21,8 @@ from torch import Tensor
 from ..attacks import pgd_attack
 from ..attacks.naming import pgd_label
 from ..backbones import Backbone
+from ..divergence_radius.downstream import fit_linear_probe
 from ..features import FeatureExtractor
-from ..robustness.downstream import fit_linear_probe
 from ..utils import format_eps
 
 __all__ = ["probe_accuracies", "robust_key"]

@@ -104,7 +104,7 @@ def check_writable_dir(path: str | Path, fix: str) -> Path:
     """Create ``path`` if needed and check that a file can be written there, before any work is done; else an
     OSError naming the directory, the reason and ``fix`` (e.g. "set hydra.run.dir=<a writable folder>").
 
-    Shared by the report CLIs (``python -m src.synbench``, ``src.robustness``, ``src.taskprior``), which would
+    Shared by the report CLIs (``python -m src.synbench``, ``src.divergence_radius``, ``src.task_prior``), which would
     otherwise find an unwritable output directory only when writing their results, after all the work."""
     import tempfile
 

@@ -120,7 +120,7 @@ def test_probe_sources_and_feature_fn() -> None:
 def test_code_defaults_equal_yaml() -> None:
     """Every YAML value equals the code default; a None default of a sweep field means the DivergenceRadiusConfig's
     value (perturbations: None = all nine on both sides)."""
-    from src.robustness import DivergenceRadiusConfig
+    from src.divergence_radius import DivergenceRadiusConfig
 
     cfg = yaml.safe_load((ROOT / "configs/callbacks/divergence_radius.yaml").read_text())["divergence_radius"]
     params = inspect.signature(DivergenceRadiusCallback).parameters
@@ -136,7 +136,7 @@ def test_code_defaults_equal_yaml() -> None:
 
 def test_sweep_comes_from_the_config() -> None:
     """config= sets the sweep, keyword arguments override it, and the checkpoint identity is the config's fields."""
-    from src.robustness import DivergenceRadiusConfig
+    from src.divergence_radius import DivergenceRadiusConfig
 
     cb = DivergenceRadiusCallback(config={"m": 3, "perturbations": ["fog"]}, seed=7)
     assert cb.config == DivergenceRadiusConfig(perturbations=("fog",), m=3, seed=7)

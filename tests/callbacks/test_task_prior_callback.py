@@ -12,7 +12,7 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from callbacks import TaskPriorCallback
-from src.taskprior import task_prior_moments
+from src.task_prior import task_prior_moments
 from tests._lightning import quiet_trainer
 
 U64 = np.finfo(np.float64).eps

@@ -1,4 +1,4 @@
-"""The report CLIs (``python -m src.synbench``, ``src.robustness``, ``src.taskprior``), in-process: bad settings and
+"""The report CLIs (``python -m src.synbench``, ``src.divergence_radius``, ``src.task_prior``), in-process: bad settings and
 unwritable output directories are refused before any backbone is built, naming the key and the fix; broken row files
 of ``aggregate=<dir>`` are named; result tables are shown once."""
 
@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from src.robustness.report import digits_split
+from src.divergence_radius.report import digits_split
 from src.synbench.compare import compare_backbones
-from src.taskprior.report import collect_rows
+from src.task_prior.report import collect_rows
 from src.utils.run_dir import check_writable_dir
 
 from .conftest import compose_cfg
@@ -93,9 +93,9 @@ def test_sc04_synbench_input_size_null_means_native(tmp_path, monkeypatch) -> No
 
 @pytest.mark.parametrize("n_test", [0, 1])
 def test_rc03_rc04_robustness_n_test_below_two_is_refused_first(tmp_path, no_backbone, n_test) -> None:
-    cfg = compose_cfg("robustness.yaml", ROBUSTNESS + ["n_train=200", f"n_test={n_test}"], tmp_path)
+    cfg = compose_cfg("divergence_radius.yaml", ROBUSTNESS + ["n_train=200", f"n_test={n_test}"], tmp_path)
     with pytest.raises(ValueError, match=rf"n_test must be >= 2, got {n_test}: the robustness -> ACC_p regression"):
-        _run("robustness")(cfg)
+        _run("divergence_radius")(cfg)
 
 
 def test_rc05_negative_sizes_are_refused(tmp_path, no_backbone) -> None:
@@ -105,15 +105,15 @@ def test_rc05_negative_sizes_are_refused(tmp_path, no_backbone) -> None:
         digits_split(16, 10, -3)
     with pytest.raises(ValueError, match=r"n_train \+ n_test = 1790 \+ 10 is too many"):
         digits_split(16, 1790, 10)
-    cfg = compose_cfg("robustness.yaml", ROBUSTNESS + ["n_train=-1", "n_test=5"], tmp_path)
+    cfg = compose_cfg("divergence_radius.yaml", ROBUSTNESS + ["n_train=-1", "n_test=5"], tmp_path)
     with pytest.raises(ValueError, match=r"n_train must be >= 0"):
-        _run("robustness")(cfg)
+        _run("divergence_radius")(cfg)
 
 
 def test_robustness_linear_probe_needs_training_images(tmp_path, no_backbone) -> None:
-    cfg = compose_cfg("robustness.yaml", ROBUSTNESS + ["n_train=0", "n_test=5"], tmp_path)
+    cfg = compose_cfg("divergence_radius.yaml", ROBUSTNESS + ["n_train=0", "n_test=5"], tmp_path)
     with pytest.raises(ValueError, match=r"classifier=linear fits a probe on n_train .* >= 2, got 0"):
-        _run("robustness")(cfg)
+        _run("divergence_radius")(cfg)
 
 
 # --- TC12: data.image_size=0 ----------------------------------------------------------------------------------------
@@ -122,10 +122,10 @@ def test_robustness_linear_probe_needs_training_images(tmp_path, no_backbone) ->
 def test_tc12_taskprior_image_size_zero_names_the_key(tmp_path, no_backbone) -> None:
     cfg = compose_cfg("task_prior.yaml", TASKPRIOR + ["data.image_size=0"], tmp_path)
     with pytest.raises(ValueError, match=r"data\.image_size must be an integer >= 1 .*got 0"):
-        _run("taskprior")(cfg)
+        _run("task_prior")(cfg)
     cfg = compose_cfg("task_prior.yaml", TASKPRIOR + ["data.num_images=5000"], tmp_path)
     with pytest.raises(ValueError, match=r"data\.num_images must be an integer in \[2, 1797\] .*got 5000"):
-        _run("taskprior")(cfg)  # once silently the 1797 bundled digits
+        _run("task_prior")(cfg)  # once silently the 1797 bundled digits
 
 
 @pytest.mark.parametrize(
@@ -141,12 +141,12 @@ def test_taskprior_block_is_the_config_checked_before_any_backbone(tmp_path, no_
     """The task_prior: block is TaskPriorConfig (every option checked first, naming the field)."""
     cfg = compose_cfg("task_prior.yaml", TASKPRIOR + [override], tmp_path)
     with pytest.raises(error, match=match):
-        _run("taskprior")(cfg)
+        _run("task_prior")(cfg)
     assert not (tmp_path / "task_prior.md").exists()
 
 
 def test_taskprior_cli_writes_the_report_files(tmp_path) -> None:
-    table = _run("taskprior")(compose_cfg("task_prior.yaml", TASKPRIOR, tmp_path))
+    table = _run("task_prior")(compose_cfg("task_prior.yaml", TASKPRIOR, tmp_path))
     names = {p.name for p in tmp_path.iterdir()}
     assert {"task_prior.md", "task_prior.csv", "task_prior.json", "e_vs_accuracy.png"} <= names
     assert (tmp_path / "task_prior.md").read_text() == table and "| timm:test_vit |" in table
@@ -183,7 +183,7 @@ def test_ta03_ta04_ta05_broken_row_files_are_named(tmp_path, no_backbone, case, 
     bad = str(root / "1" / "task_prior_row.json")
     cfg = compose_cfg("task_prior.yaml", [f"aggregate={root}"], tmp_path / "out")
     with pytest.raises(ValueError, match=match) as info:
-        _run("taskprior")(cfg)
+        _run("task_prior")(cfg)
     assert bad in str(info.value) and "delete the file" in str(info.value), case
     assert not (root / "task_prior.md").exists()
 
@@ -191,14 +191,14 @@ def test_ta03_ta04_ta05_broken_row_files_are_named(tmp_path, no_backbone, case, 
 def test_aggregate_of_a_missing_folder_creates_nothing(tmp_path) -> None:
     missing = tmp_path / "no_such_run"
     with pytest.raises(FileNotFoundError, match="no_such_run is not a directory"):
-        _run("taskprior")(compose_cfg("task_prior.yaml", [f"aggregate={missing}"], tmp_path / "out"))
+        _run("task_prior")(compose_cfg("task_prior.yaml", [f"aggregate={missing}"], tmp_path / "out"))
     assert not missing.exists()
 
 
 def test_aggregate_tabulates_good_rows(tmp_path) -> None:
     root = _multirun(tmp_path, json.dumps({**GOOD_ROW, "backbone": "timm:test_vit", "mean": 0.1}))
     assert [r["backbone"] for r in collect_rows(root)] == ["timm:resnet10t", "timm:test_vit"]
-    table = _run("taskprior")(compose_cfg("task_prior.yaml", [f"aggregate={root}"], tmp_path / "out"))
+    table = _run("task_prior")(compose_cfg("task_prior.yaml", [f"aggregate={root}"], tmp_path / "out"))
     assert "timm:test_vit" in table and (root / "task_prior.md").read_text() == table
 
 
@@ -207,14 +207,18 @@ def test_aggregate_tabulates_good_rows(tmp_path) -> None:
 
 @pytest.mark.parametrize(
     "config,overrides",
-    [("synbench.yaml", SYNBENCH), ("robustness.yaml", ROBUSTNESS), ("task_prior.yaml", TASKPRIOR)],
+    [("synbench.yaml", SYNBENCH), ("divergence_radius.yaml", ROBUSTNESS), ("task_prior.yaml", TASKPRIOR)],
 )
 def test_unwritable_output_dir_is_refused_before_the_work(tmp_path, no_backbone, config, overrides) -> None:
     blocker = tmp_path / "a_file"
     blocker.write_text("not a folder")
     cfg = compose_cfg(config, overrides, tmp_path)
     cfg.paths.output_dir = str(blocker / "run")  # cannot be created: its parent is a file
-    module = {"synbench.yaml": "synbench", "robustness.yaml": "robustness", "task_prior.yaml": "taskprior"}[config]
+    module = {
+        "synbench.yaml": "synbench",
+        "divergence_radius.yaml": "divergence_radius",
+        "task_prior.yaml": "task_prior",
+    }[config]
     with pytest.raises(
         OSError, match=r"output directory .*a_file/run is not writable .*nothing was computed\. Fix: .*hydra\.run\.dir="
     ):
@@ -245,8 +249,13 @@ def test_writable_check_leaves_nothing_behind(tmp_path) -> None:
     "module,config,overrides,header",
     [
         ("synbench", "synbench.yaml", SYNBENCH_TINY, "| backbone | ε=0 | ε=0.4 | best ε |"),
-        ("robustness", "robustness.yaml", ROBUSTNESS + ["n_train=30", "n_test=4"], "| perturbation | mean R_dr |"),
-        ("taskprior", "task_prior.yaml", TASKPRIOR, "| backbone | acc_mean | acc_var |"),
+        (
+            "divergence_radius",
+            "divergence_radius.yaml",
+            ROBUSTNESS + ["n_train=30", "n_test=4"],
+            "| perturbation | mean R_dr |",
+        ),
+        ("task_prior", "task_prior.yaml", TASKPRIOR, "| backbone | acc_mean | acc_var |"),
     ],
 )
 def test_result_table_is_shown_once(tmp_path, capsys, caplog, module, config, overrides, header) -> None:
@@ -264,7 +273,7 @@ def test_correlations_with_too_few_backbones_are_shown_as_undefined(tmp_path):
     no NaN), never a bare 'nan'."""
     import json
 
-    from src.taskprior.report import write_table
+    from src.task_prior.report import write_table
 
     rows = [
         {"backbone": b, "acc_mean": a, "acc_var": 0.01, "mean": m, "var": 2.0, "acc_q10": 0, "acc_q50": 0, "acc_q90": 0}

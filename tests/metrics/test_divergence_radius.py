@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
+from src.divergence_radius import cosine_robustness, divergence_radius
 from src.metrics import CosineRobustness, DivergenceRadius
 from src.metrics.divergence_radius import robustness_metrics
-from src.robustness import cosine_robustness, divergence_radius
 from tests._multiprocess import run_in_processes
 
 F64 = torch.float64

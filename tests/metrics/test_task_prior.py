@@ -8,7 +8,7 @@ import torch
 from scipy.special import expit
 
 from src.metrics.task_prior import TaskAccuracies, TaskPriorMoments
-from src.taskprior import task_prior_moments
+from src.task_prior import task_prior_moments
 from tests._multiprocess import run_in_processes
 
 F64 = torch.float64

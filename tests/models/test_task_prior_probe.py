@@ -1,6 +1,6 @@
 """TaskPriorProbe: all sampled tasks' probes at once, beside the closed-form moments; bad input fails early.
 
-The batched head's equality with independently trained per-task heads is tested in tests/taskprior/test_probing.py
+The batched head's equality with independently trained per-task heads is tested in tests/task_prior/test_probing.py
 (the module trains that same head with the same summed loss).
 """
 
@@ -17,7 +17,7 @@ from src.data import DigitsDataModule
 from src.features import FeatureExtractor
 from src.models import TaskPriorProbe
 from src.models.task_prior_probe import dataset_features
-from src.taskprior import task_prior_moments
+from src.task_prior import task_prior_moments
 from tests._lightning import quiet_trainer
 
 TINY = {"name": "timm:test_efficientnet", "pretrained": False}

@@ -1,0 +1,76 @@
+"""``python -m src.divergence_radius``: the DivergenceRadius downstream report of one or more backbones (Hydra config
+``configs/divergence_radius.yaml``; :func:`src.divergence_radius.compare.compare_backbones`).
+
+Writes to the run directory ``divergence_radius.md`` (a summary row per backbone, then per backbone and perturbation
+mean R_dr, R_cs, ACC_p and the regression MSEs), ``divergence_radius.csv``, ``divergence_radius.json``,
+``per_image.csv`` and the figures (see :mod:`src.divergence_radius.compare`).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+import hydra
+from omegaconf import DictConfig, OmegaConf
+
+from ..utils.allocator import keep_freed_memory
+from ..utils.hydra_utils import register_resolvers  # noqa: F401  (configs/hydra resolvers)
+from ..utils.resources import config_dir
+
+log = logging.getLogger("repbench")
+
+
+def comparison_arguments(cfg: DictConfig) -> dict[str, Any]:
+    """The keyword arguments of ``compare_backbones`` from a composed divergence_radius.yaml: ``backbones``, the
+    ``divergence_radius`` block as a DivergenceRadiusConfig (a bad field is named with its block), and the downstream
+    / data keys."""
+    from .config import DivergenceRadiusConfig
+
+    plain = lambda node: OmegaConf.to_container(node, resolve=True) if node is not None else None  # noqa: E731
+    try:
+        config = DivergenceRadiusConfig.merged(plain(cfg.divergence_radius) or {})
+    except (TypeError, ValueError) as exc:
+        raise type(exc)(
+            f"divergence_radius block of configs/divergence_radius.yaml: {exc} (override a field as divergence_radius.m=...)"
+        ) from None
+    return {
+        "backbones": plain(cfg.backbones),
+        "config": config,
+        "classifier": cfg.classifier,
+        "templates": plain(cfg.templates),
+        "class_names": plain(cfg.class_names),
+        "image_size": cfg.image_size,
+        "n_train": cfg.n_train,
+        "n_test": cfg.n_test,
+        "probe_C": cfg.probe_C,
+    }
+
+
+def run(cfg: DictConfig) -> Path:
+    """The report of a composed divergence_radius.yaml. The settings (backbone list, the ``divergence_radius`` block, the
+    classifier, the digits sizes) and then the output directory are checked before any backbone is built."""
+    from ..utils.run_dir import OUTPUT_DIR_FIX, check_writable_dir
+    from .compare import check_comparison, compare_backbones
+
+    args = comparison_arguments(cfg)
+    check_comparison(**{k: v for k, v in args.items() if k not in ("templates", "probe_C")})
+    out = check_writable_dir(cfg.paths.output_dir, OUTPUT_DIR_FIX)
+    keep_freed_memory()  # reuse freed activation memory (docs/speed.md), as every CLI does
+    t0 = time.perf_counter()
+    report = compare_backbones(**args, device=cfg.device, progress=True)
+    report.write(out)
+    # once: Hydra's job logging shows it on the console and keeps it in the run's log file
+    log.info("DivergenceRadius report (%.0f s):\n%s\nwritten to %s", time.perf_counter() - t0, report.markdown, out)
+    return out
+
+
+@hydra.main(version_base="1.3", config_path=str(config_dir()), config_name="divergence_radius.yaml")
+def main(cfg: DictConfig) -> None:
+    run(cfg)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,102 @@
+"""``DivergenceRadiusConfig``: the sweep specification of the DivergenceRadius protocol (Liu et al., "Robustness of
+Vision Foundation Models to Common Perturbations", arXiv:2604.14973, §4), with its one set of defaults.
+
+Every entry point of the method (``robustness_sweep``, ``robustness_metrics``, ``DivergenceRadiusCallback``,
+``robustness_report``, ``compare_backbones``, ``python -m src.divergence_radius``) takes ``config=`` (this class, a mapping of
+its fields, or None) and reads its defaults from here; the vocabulary (perturbation names, m, mode) is validated by the
+perturbation registry, :mod:`src.perturbations.registry`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import numbers
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from typing import Any
+
+from ..perturbations.registry import check_m, check_mode, check_perturbation_names
+
+__all__ = ["DivergenceRadiusConfig"]
+
+#: seeds are mixed as 64-bit words (``src.utils.numerics.mix_seed``) and ``seed + 1`` seeds torch generators
+SEED_LIMIT = 2**63
+
+
+def _check_int(value: object, key: str, low: int, high: int | None, meaning: str) -> int:
+    """``value`` as an int in [low, high) (an integer, not a bool or a float), else a ValueError naming ``key``."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < low:
+        raise ValueError(f"{key} must be an integer >= {low} ({meaning}), got {value!r} ({type(value).__name__})")
+    if high is not None and value >= high:
+        raise ValueError(f"{key} must be an integer below 2^63 ({meaning}), got {value}")
+    return int(value)
+
+
+@dataclass(frozen=True)
+class DivergenceRadiusConfig:
+    """The sweep of one DivergenceRadius run.
+
+    perturbations: names of :data:`src.perturbations.PERTURBATIONS` (None = all nine of Table 8, stored as the tuple
+      of all nine); a single name stands for a list of one.
+    m: perturbed versions per image and perturbation, i.e. the parameters of each perturbation's grid (the paper's 5;
+      equally spaced sampling saturates at m >= 5, Fig. 3).
+    mode: "equal" (a, a + (b − a)/(m − 1), …, b; the paper's) | "random" (m uniform draws per sweep, seeded by
+      (seed, perturbation name), shared by the sweep's images).
+    seed: seeds the random perturbations (per chunk) and the random parameters; an integer in [0, 2^63).
+    chunk_size: images per chunk, the unit of work sharded over processes; random perturbations draw from a generator
+      seeded by (seed, chunk), so changing it changes the random perturbations' draws (not the equal-mode grid).
+    """
+
+    perturbations: tuple[str, ...] | None = None
+    m: int = 5
+    mode: str = "equal"
+    seed: int = 0
+    chunk_size: int = 16
+
+    def __post_init__(self) -> None:
+        checked = {
+            "perturbations": check_perturbation_names(self.perturbations, "perturbations"),
+            "m": check_m(self.m, "m"),
+            "mode": check_mode(self.mode, "mode"),
+            "seed": _check_int(self.seed, "seed", 0, SEED_LIMIT, "the seed of the random perturbations"),
+            "chunk_size": _check_int(self.chunk_size, "chunk_size", 1, None, "images per chunk of the sweep"),
+        }
+        for name, value in checked.items():
+            object.__setattr__(self, name, value)  # frozen: normalised values (tuple, int) set once here
+
+    @classmethod
+    def merged(cls, config: DivergenceRadiusConfig | Mapping[str, Any] | None = None, **overrides: Any):
+        """``config`` (a DivergenceRadiusConfig, a mapping of its fields, or None for the defaults) with the
+        ``overrides`` that are not None: the one way an entry point combines ``config=`` with its keyword arguments
+        (``perturbations=``, ``m=``, ...), whose default None means "the config's value"."""
+        if config is None:
+            base = cls()
+        elif isinstance(config, cls):
+            base = config
+        elif isinstance(config, Mapping):
+            base = cls(**_known_fields(cls, config, "config"))
+        else:
+            raise TypeError(
+                f"config must be a DivergenceRadiusConfig, a mapping of its fields "
+                f"({', '.join(f.name for f in fields(cls))}) or None, got {type(config).__name__}"
+            )
+        given = _known_fields(cls, {k: v for k, v in overrides.items() if v is not None}, "keyword")
+        return dataclasses.replace(base, **given) if given else base
+
+    def to_dict(self) -> dict[str, Any]:
+        """The fields as plain JSON / hparams values (perturbations as a list)."""
+        out = dataclasses.asdict(self)
+        out["perturbations"] = list(self.perturbations)
+        return out
+
+
+def _known_fields(cls: type, values: Mapping[str, Any], what: str) -> dict[str, Any]:
+    """``values`` as a dict after checking that every key is a field of ``cls`` (a ValueError names the others)."""
+    names = [f.name for f in fields(cls)]
+    unknown = sorted(str(k) for k in values if k not in names)
+    if unknown:
+        raise ValueError(
+            f"{what} {unknown} {'is' if len(unknown) == 1 else 'are'} not DivergenceRadiusConfig field(s); "
+            f"the fields are {', '.join(names)}"
+        )
+    return dict(values)

@@ -1,0 +1,128 @@
+"""Every option of the Task-Prior probe study and of its moments, with its one default (Patel & Balestriero, "Task
+Priors", arXiv:2507.09871, Thm 2.3, Algorithm 1, App. D.1).
+
+:class:`TaskPriorConfig` is what ``compare_backbones``/``compare_features``, the ``task_prior:`` block of
+``configs/task_prior.yaml``, :class:`~src.models.TaskPriorProbe` and :class:`~src.callbacks.TaskPriorCallback` take their
+defaults from. The convention-dependent settings (temperatures, scales, order, probe score) default to None = the
+value of ``convention`` (:mod:`src.task_prior.conventions` owns those values); :attr:`TaskPriorConfig.settings` is the
+resolved :class:`~src.task_prior.conventions.TaskPriorConvention`. Every field is checked in ``__post_init__`` by the
+validators of :mod:`src.task_prior.validation`, naming the field and the fix.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any
+
+from ..backbones.spec import check_backbone_spec
+from .conventions import DEFAULT_CONVENTION, TaskPriorConvention, resolve_convention
+from .moments import DEFAULT_BLOCK_SIZE
+from .probing import DEFAULT_QUANTILES
+from .validation import check_fraction, check_int, check_nonnegative, check_positive, check_quantiles
+
+__all__ = ["CONVENTION_OPTIONS", "TaskPriorConfig", "task_prior_config"]
+
+#: the options of a convention that a config (or a module) may override; None = the convention's value
+CONVENTION_OPTIONS = (
+    "sample_temperature",
+    "temperature",
+    "order",
+    "eval_scale",
+    "prior_scale",
+    "sampler_scale",
+    "probe_metric",
+    "probe_split",
+)
+
+
+@dataclass(frozen=True)
+class TaskPriorConfig:
+    """The Task-Prior probe study's protocol.
+
+    Labelings: ``num_tasks`` labelings with ``task_classes`` (q >= 2) classes drawn from the Task Prior of
+    ``prior_backbone``'s centred cosine kernel K (prefix sampler, Algorithm 1), seeded by ``seed``.
+    ``convention``: ``"paper"`` | ``"authors"`` | ``"repbench"`` (default), the preset of the settings below
+    (docs/task_prior.md, "Conventions"); each of ``sample_temperature``, ``temperature``, ``order``, ``eval_scale``,
+    ``prior_scale``, ``sampler_scale``, ``probe_metric``, ``probe_split`` left at None takes the preset's value, an
+    explicit value wins.
+    Probes: one linear probe per task, trained with full-batch Adam for ``epochs`` steps (``lr``, ``weight_decay``) on
+    a seeded split holding out ``test_fraction`` of the images; summarised by the ``quantiles`` of the per-task
+    scores. Moments (Thm 2.3): tiled in row blocks of ``block_size`` (memory, not the result).
+    """
+
+    num_tasks: int = 32
+    task_classes: int = 2
+    convention: str = DEFAULT_CONVENTION
+    sample_temperature: float | None = None
+    temperature: float | None = None
+    order: str | None = None
+    eval_scale: str | None = None
+    prior_scale: str | None = None
+    sampler_scale: str | None = None
+    probe_metric: str | None = None
+    probe_split: str | None = None
+    test_fraction: float = 0.3
+    epochs: int = 100
+    lr: float = 1e-2
+    weight_decay: float = 0.0
+    quantiles: tuple[float, ...] = DEFAULT_QUANTILES
+    seed: int = 0
+    prior_backbone: Any = "embedded:efficientnet_lite2"
+    block_size: int = DEFAULT_BLOCK_SIZE
+
+    def __post_init__(self) -> None:
+        checked = {
+            "num_tasks": check_int(self.num_tasks, "num_tasks", 1),
+            "task_classes": check_int(self.task_classes, "task_classes", 2),
+            "test_fraction": check_fraction(self.test_fraction, "test_fraction"),
+            "epochs": check_int(self.epochs, "epochs", 1),
+            "lr": check_positive(self.lr, "lr", "e.g. lr=0.01"),
+            "weight_decay": check_nonnegative(self.weight_decay, "weight_decay"),
+            "quantiles": check_quantiles(self.quantiles),
+            "seed": check_int(self.seed, "seed", 0),
+            "block_size": check_int(self.block_size, "block_size", 1),
+            "prior_backbone": check_backbone_spec(self.prior_backbone, "prior_backbone"),
+        }
+        for name, value in checked.items():
+            object.__setattr__(self, name, value)
+        settings = self.settings  # the convention and every override, checked (conventions.py)
+        for name in ("sample_temperature", "temperature"):  # an explicit T as a float (e.g. an int from YAML)
+            if getattr(self, name) is not None:
+                object.__setattr__(self, name, getattr(settings, name))
+
+    @cached_property
+    def settings(self) -> TaskPriorConvention:
+        """The resolved settings: ``convention``'s preset with every explicit (not None) override."""
+        return resolve_convention(self.convention, **{k: getattr(self, k) for k in CONVENTION_OPTIONS})
+
+    def to_dict(self) -> dict[str, Any]:
+        """The fields as plain JSON-ready values (tuples as lists, a Backbone as its name)."""
+        from ..backbones.spec import backbone_spec
+
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        out["quantiles"] = list(self.quantiles)
+        out["prior_backbone"] = backbone_spec(self.prior_backbone)
+        if isinstance(self.convention, TaskPriorConvention):
+            out["convention"] = dataclasses.asdict(self.convention)
+        return out
+
+
+def task_prior_config(config: TaskPriorConfig | Mapping[str, Any] | None = None, **overrides: Any) -> TaskPriorConfig:
+    """``config`` as a :class:`TaskPriorConfig` (a mapping holds its fields, None = the defaults) with ``overrides``
+    (fields) replacing its values; an unknown field is a TypeError listing the fields."""
+    if config is not None and not isinstance(config, TaskPriorConfig | Mapping):
+        raise TypeError(f"config must be a TaskPriorConfig or a mapping of its fields, got {type(config).__name__}")
+    fields = [f.name for f in dataclasses.fields(TaskPriorConfig)]
+    given = {} if isinstance(config, TaskPriorConfig | type(None)) else dict(config)
+    unknown = sorted(set(given) - set(fields)) + sorted(set(overrides) - set(fields))
+    if unknown:
+        raise TypeError(
+            f"unknown Task-Prior option(s) {unknown}; the options (TaskPriorConfig fields, the task_prior: block of "
+            f"configs/task_prior.yaml) are {fields}"
+        )
+    if isinstance(config, TaskPriorConfig):
+        return dataclasses.replace(config, **overrides) if overrides else config
+    return TaskPriorConfig(**{**given, **overrides})

@@ -1,0 +1,330 @@
+"""Per-backbone table of the Task-Prior probe study (Patel & Balestriero, "Task Priors", arXiv:2507.09871, Fig. 2
+and App. D.1, Figs. 4/5): for each evaluated backbone, the mean and variance of held-out linear-probe accuracy over
+labelings sampled from a prior backbone's Task Prior, the closed-form E[Tr(MG)] and Var[Tr(MG)] (Thm 2.3), and the
+correlation of E with mean accuracy and of Var with accuracy variance across backbones.
+
+Two producers of rows, one table (:func:`rows_report`, written by :meth:`~src.utils.report_writer.Report.write` as
+``task_prior.{md,csv,json}`` and ``e_vs_accuracy.png``):
+* :func:`compare_backbones` (``python -m src.task_prior``): every backbone in one process on the same images, the
+  same sampled labelings and the same train/test split (prior features and labels computed once);
+  :func:`compare_features` is the same study on given features;
+* ``python -m src.train experiment=task_prior`` (one ``TaskPriorProbe`` per run, ``task_prior_row.json`` in its run
+  directory); :func:`collect_rows` reads a run or multirun directory and ``python -m src.task_prior
+  aggregate=<dir>`` or the Hydra callback ``src.hydra_callbacks.TaskPriorTableCallback`` writes the table
+  (:func:`write_table`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import numbers
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from ..backbones.spec import check_backbone_spec
+from ..utils.progress import progress_sink
+from ..utils.report_writer import Report
+from .config import TaskPriorConfig, task_prior_config
+from .moments import task_prior_moments
+from .probing import accuracy_summary, evaluate_task_probes, random_split
+from .sampler import sample_task_labels
+from .validation import check_int, check_tensor
+
+__all__ = [
+    "COLUMNS",
+    "DEFAULT_IMAGE_SIZE",
+    "DEFAULT_NUM_IMAGES",
+    "FIGURE",
+    "collect_rows",
+    "comparison_figures",
+    "compare_backbones",
+    "compare_features",
+    "correlations",
+    "digits_images",
+    "markdown_table",
+    "read_row",
+    "rows_report",
+    "write_table",
+]
+
+log = logging.getLogger("repbench")
+
+METHOD = "task_prior"  # the file stem of the report: task_prior.{md,csv,json}
+ROW_FILE = "task_prior_row.json"
+FIGURE = "e_vs_accuracy.png"
+COLUMNS = ("backbone", "acc_mean", "acc_var", "acc_q10", "acc_q50", "acc_q90", "mean", "var", "z")
+REQUIRED_NUMBERS = ("acc_mean", "acc_var", "mean", "var")  # what the table and the correlations need of a row
+#: the images of ``compare_backbones(images=None)`` (and of ``python -m src.task_prior``): the first 600 bundled
+#: digits at 32 px (a CPU budget: 6 backbones in minutes on 2 cores)
+DEFAULT_NUM_IMAGES = 600
+DEFAULT_IMAGE_SIZE = 32
+
+
+def digits_images(
+    num_images: int = DEFAULT_NUM_IMAGES, image_size: int = DEFAULT_IMAGE_SIZE, *, prefix: str = ""
+) -> Tensor:
+    """The first ``num_images`` scikit-learn digits as (N, 3, S, S) images in [0, 1] (offline); a ValueError naming
+    ``<prefix>num_images`` / ``<prefix>image_size`` for values out of range (no silent clamp to the 1797 digits)."""
+    from ..utils.digits import check_image_size, load_digits_tensors, upsample_digits
+
+    size = check_image_size(image_size, f"{prefix}image_size")
+    images, _ = load_digits_tensors()
+    if (
+        isinstance(num_images, bool)
+        or not isinstance(num_images, numbers.Integral)
+        or not 2 <= num_images <= len(images)
+    ):
+        raise ValueError(
+            f"{prefix}num_images must be an integer in [2, {len(images)}] (the bundled digits), got {num_images!r}"
+        )
+    return upsample_digits(images[: int(num_images)], size).contiguous()
+
+
+def compare_features(
+    features: Mapping[str, Tensor],
+    prior_features: Tensor,
+    config: TaskPriorConfig | Mapping[str, Any] | None = None,
+    **options: Any,
+) -> list[dict[str, Any]]:
+    """One row per entry of ``features`` ({label: (n, D)}), all on the same n images as ``prior_features``: the same
+    sampled labelings (num_tasks, n) and the same seeded split for every backbone.
+
+    ``config``: a :class:`TaskPriorConfig` (or a mapping of its fields; None = the defaults); ``options`` are
+    TaskPriorConfig fields replacing its values (e.g. ``num_tasks=8``, ``convention="paper"``). The convention sets
+    the kernel scales, temperatures, sampler and probe score (:mod:`src.task_prior.conventions`); any of those
+    options given explicitly (not None) overrides the preset. ``prior_backbone`` is not used here (the prior's
+    features are given)."""
+    cfg = task_prior_config(config, **options)
+    conv = cfg.settings
+    labels = sample_task_labels(
+        prior_features,
+        cfg.task_classes,
+        num_tasks=cfg.num_tasks,
+        generator=torch.Generator().manual_seed(cfg.seed),
+        convention=conv,
+    )
+    train_idx, test_idx = random_split(prior_features.shape[0], cfg.test_fraction, seed=cfg.seed)
+    rows = []
+    for name, feats in features.items():
+        check_tensor(feats, f"features[{name!r}]", "(n, D)")
+        if feats.shape[0] != prior_features.shape[0]:
+            raise ValueError(
+                f"{name}: {feats.shape[0]} feature rows but {prior_features.shape[0]} prior rows; compute every "
+                "backbone's features on the same images in the same order"
+            )
+        acc = evaluate_task_probes(feats, labels, train_idx, test_idx, cfg.task_classes, metric=conv.probe_metric,
+                                   split=conv.probe_split, epochs=cfg.epochs, lr=cfg.lr,
+                                   weight_decay=cfg.weight_decay, seed=cfg.seed)  # fmt: skip
+        mean, var = task_prior_moments(feats, prior_features, block_size=cfg.block_size, convention=conv)
+        rows.append(
+            {
+                "backbone": name,
+                "convention": conv.name,
+                **accuracy_summary(acc, cfg.quantiles),
+                "mean": mean,
+                "var": var,
+                "z": mean / math.sqrt(var) if var > 0 else math.inf,
+                "accuracies": acc.tolist(),
+            }
+        )
+    return rows
+
+
+def _check_images(images: Any) -> Tensor:
+    """A floating (N >= 2, C, H, W) tensor of pixel images; else a ValueError naming ``images``."""
+    check_tensor(images, "images", "(N, 3, H, W)")
+    if images.dim() != 4 or images.shape[0] < 2 or not images.is_floating_point():
+        raise ValueError(
+            f"images must be a floating (N >= 2, 3, H, W) tensor of pixel images in [0, 1], got "
+            f"{tuple(images.shape)} {images.dtype}; or leave images=None for the bundled digits"
+        )
+    return images
+
+
+def compare_backbones(
+    backbones: Sequence[Any],
+    config: TaskPriorConfig | Mapping[str, Any] | None = None,
+    *,
+    images: Tensor | None = None,
+    prior_backbone: Any = None,
+    max_batch: int = 256,
+    device: str | torch.device = "cpu",
+    progress: bool | Callable[[str], None] = False,
+) -> Report:
+    """The Task-Prior probe study of every backbone on the same images -> a Report (``method="task_prior"``, rows =
+    :data:`COLUMNS` per backbone, ``results``: {label: row}, figure ``e_vs_accuracy.png``).
+
+    ``backbones``: names, ``{name: ..., **create_backbone options}`` or Backbones
+    (:func:`~src.backbones.spec.backbone_list`; labels by :func:`~src.backbones.spec.backbone_labels`).
+    ``config``: a :class:`TaskPriorConfig` or a mapping of its fields (None = the defaults). ``images``: (N, 3, H, W)
+    in [0, 1]; None = the first :data:`DEFAULT_NUM_IMAGES` bundled digits at :data:`DEFAULT_IMAGE_SIZE` px.
+    ``prior_backbone``: None = ``config.prior_backbone``. Features go through ``FeatureExtractor`` (``max_batch``
+    images per forward, on ``device``); random-weight backbones are initialised from ``config.seed`` (under
+    ``torch.random.fork_rng``: the caller's global generator is left as it was). ``progress``: True logs one line per
+    backbone, a callable receives the lines. Every argument is checked, and every backbone built once, before the
+    first forward."""
+    from ..backbones.spec import backbone_labels, backbone_list, build_backbone, check_buildable, spec_name
+    from ..features import FeatureExtractor
+
+    specs = backbone_list(backbones)
+    labels = backbone_labels(specs)
+    cfg = task_prior_config(config)
+    prior_spec = cfg.prior_backbone if prior_backbone is None else check_backbone_spec(prior_backbone, "prior_backbone")
+    images = digits_images() if images is None else _check_images(images)
+    max_batch = check_int(max_batch, "max_batch", 1)
+    say = progress_sink(progress)
+    check_buildable([prior_spec, *specs])  # a missing weight file fails now, not after the first backbones ran
+
+    def embed(spec: Any, label: str) -> Tensor:
+        t0 = time.perf_counter()
+        bb = build_backbone(spec).to(device).eval()
+        z = FeatureExtractor(bb.embed, device=device, max_batch=max_batch)(images).float().cpu()
+        if say:
+            say(f"features {label}: {tuple(z.shape)} in {time.perf_counter() - t0:.1f} s")
+        return z
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(cfg.seed)  # the prior first, then the backbones in order (as python -m src.task_prior did)
+        prior = embed(prior_spec, f"{spec_name(prior_spec)} (prior)")
+        feats = {label: embed(spec, label) for label, spec in zip(labels, specs)}
+    rows = compare_features(feats, prior, cfg)
+    for row in rows:
+        row["prior_backbone"] = spec_name(prior_spec)
+    return rows_report(rows)
+
+
+def rows_report(rows: Sequence[Mapping[str, Any]], method: str = METHOD) -> Report:
+    """The Report of Task-Prior rows (from :func:`compare_backbones` or collected ``task_prior_row.json`` files):
+    CSV = :data:`COLUMNS`, Markdown = :func:`markdown_table`, JSON = {"rows", "correlations"} (null = undefined),
+    ``results`` = {backbone: row}, figure :data:`FIGURE`; a ValueError for no rows."""
+    if not rows:
+        raise ValueError("no rows to write: no backbone was evaluated (or no task_prior_row.json was found)")
+    rows = [dict(r) for r in rows]
+    corr = correlations(rows)
+    return Report(
+        method=method,
+        rows=rows,
+        markdown=markdown_table(rows, corr),
+        data={"rows": rows, "correlations": corr},
+        results={str(r["backbone"]): r for r in rows},
+        figures=lambda: comparison_figures(rows),
+        columns=COLUMNS,
+    )
+
+
+def comparison_figures(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """{:data:`FIGURE`: E[Tr(MG)] and z = E/√Var (Thm 2.3) against the mean probe accuracy over tasks, one point per
+    backbone (the paper's Fig. 2 view)}; a backbone with Var = 0 (z infinite) is left out of the z panel."""
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(10, 4))
+    for ax, key, label in zip(fig.subplots(1, 2), ("mean", "z"), ("E[Tr(MG)]", "z = E / √Var")):
+        for r in rows:
+            x, y = r.get(key), float(r["acc_mean"])
+            if isinstance(x, numbers.Real) and math.isfinite(x):  # a row file may lack z, or hold null (Var = 0)
+                ax.scatter(x, y)
+                ax.annotate(str(r["backbone"]), (x, y), fontsize=7)
+        ax.set_xlabel(label)
+        ax.set_ylabel("mean probe accuracy over tasks")
+    fig.suptitle("Task Priors: closed-form moments vs probes on sampled tasks")
+    return {FIGURE: fig}
+
+
+def _pearson(a: Sequence[float], b: Sequence[float]) -> float:
+    a, b = np.asarray(a, float), np.asarray(b, float)
+    if len(a) < 3 or a.std() == 0 or b.std() == 0:
+        return float("nan")
+    return float(np.corrcoef(a, b)[0, 1])
+
+
+def _spearman(a: Sequence[float], b: Sequence[float]) -> float:
+    from scipy.stats import rankdata
+
+    return _pearson(rankdata(a), rankdata(b))
+
+
+def correlations(rows: Sequence[Mapping[str, Any]]) -> dict[str, float]:
+    """Pearson and Spearman correlations across backbones (the paper's Fig. 2 analysis): E vs mean accuracy and
+    Var vs accuracy variance; NaN with fewer than 3 backbones or a constant column."""
+    e, v = [r["mean"] for r in rows], [r["var"] for r in rows]
+    am, av = [r["acc_mean"] for r in rows], [r["acc_var"] for r in rows]
+    return {
+        "pearson_mean_vs_acc_mean": _pearson(e, am),
+        "spearman_mean_vs_acc_mean": _spearman(e, am),
+        "pearson_var_vs_acc_var": _pearson(v, av),
+        "spearman_var_vs_acc_var": _spearman(v, av),
+    }
+
+
+def _fmt(v: Any) -> str:
+    if isinstance(v, float):
+        return f"{v:.4g}" if abs(v) < 1e-3 and v != 0 else f"{v:.4f}"
+    return str(v)
+
+
+def markdown_table(rows: Sequence[Mapping[str, Any]], corr: Mapping[str, float] | None = None) -> str:
+    corr = correlations(rows) if corr is None else corr
+    lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+    for r in rows:
+        lines.append("| " + " | ".join(_fmt(r.get(c, "")) for c in COLUMNS) + " |")
+    lines.append("")
+    lines.append("Correlation across backbones (Pearson / Spearman):")
+
+    def c(key: str) -> str:  # NaN = undefined: fewer than 3 backbones or a constant column
+        return "n/a" if math.isnan(corr[key]) else f"{corr[key]:.3f}"
+
+    lines.append(
+        f"E vs mean accuracy {c('pearson_mean_vs_acc_mean')} / {c('spearman_mean_vs_acc_mean')}; "
+        f"Var vs accuracy variance {c('pearson_var_vs_acc_var')} / {c('spearman_var_vs_acc_var')}"
+    )
+    if any(math.isnan(v) for v in corr.values()):
+        lines.append("(n/a: a correlation needs at least 3 backbones and columns that are not constant)")
+    return "\n".join(lines) + "\n"
+
+
+def write_table(rows: Sequence[Mapping[str, Any]], out_dir: str | Path, stem: str = METHOD) -> dict[str, Path]:
+    """``<stem>.csv`` (COLUMNS), ``<stem>.md`` (table + correlations), ``<stem>.json`` (rows incl. per-task
+    accuracies, and the correlations) and :data:`FIGURE` in ``out_dir``: :func:`rows_report` written by
+    :meth:`Report.write <src.utils.report_writer.Report.write>`."""
+    return rows_report(rows, stem).write(out_dir)
+
+
+def read_row(path: str | Path) -> dict[str, Any]:
+    """One ``task_prior_row.json`` (written by ``TaskPriorProbe(results_file=...)``): a JSON object with a
+    ``backbone`` name and the numbers of ``REQUIRED_NUMBERS``; a ValueError naming the file and what is wrong
+    (truncated or not JSON, not an object, keys missing, not numbers) otherwise."""
+    path = Path(path)
+    fix = "re-run that job or delete the file to leave it out of the table"
+    try:
+        row = json.loads(path.read_text())
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{path} is not valid JSON (truncated or corrupt? {err}); {fix}") from err
+    if not isinstance(row, dict):
+        raise ValueError(
+            f"{path} holds a JSON {type(row).__name__}, not a Task-Prior row object "
+            f"({{'backbone': ..., {', '.join(repr(k) + ': ...' for k in REQUIRED_NUMBERS)}}}); {fix}"
+        )
+    missing = [k for k in ("backbone", *REQUIRED_NUMBERS) if k not in row]
+    if missing:
+        raise ValueError(f"{path} is not a Task-Prior row: keys {missing} are missing (has {sorted(row)}); {fix}")
+    bad = {k: row[k] for k in REQUIRED_NUMBERS if isinstance(row[k], bool) or not isinstance(row[k], int | float)}
+    if bad:
+        raise ValueError(f"{path}: {bad} must be numbers; {fix}")
+    return row
+
+
+def collect_rows(run_dir: str | Path) -> list[dict[str, Any]]:
+    """Every ``task_prior_row.json`` under ``run_dir`` (a run or a multirun directory), sorted by path, each checked
+    by :func:`read_row` (a broken file is an error naming it, not a missing or garbled row)."""
+    root = Path(run_dir)
+    if not root.is_dir():
+        raise FileNotFoundError(f"{root} is not a directory; pass a (multi)run directory of experiment=task_prior")
+    return [read_row(p) for p in sorted(root.rglob(ROW_FILE))]
