@@ -16,9 +16,9 @@ CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:2em auto;max-width:1200px;color:#222}
 h1{font-size:1.6em}h2{font-size:1.25em;margin-top:1.6em;border-bottom:1px solid #ddd}
 table{border-collapse:collapse;font-size:.85em;margin:.5em 0}th,td{border:1px solid #ccc;padding:.25em .5em;
-text-align:right}th{background:#f3f3f3}td:first-child,th:first-child{text-align:left}td.best{font-weight:bold;
+text-align:left}th{background:#f3f3f3}td.num{text-align:right}td.best{font-weight:bold;
 background:#e6f4e6}figure{display:inline-block;margin:.5em}figcaption{font-size:.8em;color:#555;max-width:560px}
-.note{color:#555;font-size:.9em}code{background:#f6f6f6;padding:0 .2em}
+.note{color:#555;font-size:.9em}.wide{overflow-x:auto;max-width:100%}code{background:#f6f6f6;padding:0 .2em}
 """
 
 
@@ -61,10 +61,14 @@ def table_html(
     for i, r in enumerate(rows):
         cells = []
         for c in columns:
-            cls = ' class="best"' if i in best.get(c, ()) else ""
-            cells.append(f"<td{cls}>{html.escape(format_value(r.get(c)))}</td>")
+            v = r.get(c)
+            classes = (["num"] if isinstance(v, (int, float)) and not isinstance(v, bool) else []) + (
+                ["best"] if i in best.get(c, ()) else []
+            )
+            cls = f' class="{" ".join(classes)}"' if classes else ""
+            cells.append(f"<td{cls}>{html.escape(format_value(v))}</td>")
         body.append("<tr>" + "".join(cells) + "</tr>")
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+    return f'<div class="wide"><table><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table></div>'
 
 
 def markdown_table(

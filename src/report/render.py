@@ -120,6 +120,20 @@ def agreements(rows: Sequence[Mapping[str, Any]], n_boot: int = 2000, level: flo
     return out
 
 
+def agreement_matrix(agree: Sequence[Agreement]) -> list[dict[str, Any]]:
+    """The agreement as a score × downstream-column matrix of short cells: ``τ_b [low, high] p`` and a mark — ✓ agrees,
+    ✗ ranks against, · cannot be separated from no agreement (the verdicts of :func:`src.report.agreement.agreement`)."""
+    rows: dict[str, dict[str, Any]] = {}
+    for a in agree:
+        mark = "✓" if a.verdict.startswith("agrees") else "✗" if a.verdict.startswith("ranks") else "·"
+        if math.isnan(a.kendall):
+            cell = "n/a"
+        else:
+            cell = f"{mark} {a.kendall:+.2f} [{a.kendall_low:+.2f}, {a.kendall_high:+.2f}] p {a.p_value:.2f}"
+        rows.setdefault(a.score, {"score": a.score})[a.target] = cell
+    return list(rows.values())
+
+
 def budget_choices(results: AuditResults, pair: Sequence[str] | None = None) -> list[dict[str, Any]]:
     """The paper's Fig. 5 / Table 8 check: for each synthetic score and each budget n, which backbone of ``pair``
     (default: the two best by the first downstream accuracy, else the first two) the score prefers; ``flips`` says
@@ -228,8 +242,6 @@ def audit_report(results: AuditResults, n_boot: int = 2000, level: float = 0.9) 
     main_cols = ["backbone", *scores, *targets]
     dirs = {c: direction(c) for c in main_cols}
     agree_rows = [a.to_dict() for a in agree]
-    agree_cols = ["score", "target", "pearson", "pearson_low", "pearson_high", "kendall", "kendall_low",
-                  "kendall_high", "p_value", "verdict"]  # fmt: skip
     cfg = results.config
     intro = (
         f"{len(results.labels)} backbones; parts {', '.join(cfg.parts)}. SynBench at {cfg.input_size or 'native'} px, "
@@ -240,7 +252,14 @@ def audit_report(results: AuditResults, n_boot: int = 2000, level: float = 0.9) 
         "says when a score cannot be told apart from no agreement."
     )
     md = [f"# Backbone audit\n\n{intro}\n", "## Ranking\n", markdown_table(rows, main_cols, dirs)]
-    md += ["\n## Rank agreement with the downstream accuracies\n", markdown_table(agree_rows, agree_cols)]
+    matrix = agreement_matrix(agree)
+    matrix_cols = ["score", *targets]
+    legend = (
+        "Kendall τ_b [bootstrap interval] and permutation p per score and downstream column: ✓ agrees, ✗ ranks against, "
+        "· cannot be separated from no agreement (interval contains 0 or p > 1 − level). Pearson's r and every "
+        "number: agreement.csv / report.json."
+    )
+    md += ["\n## Rank agreement with the downstream accuracies\n", legend + "\n", markdown_table(matrix, matrix_cols)]
     if budget:
         md += ["\n## Consistency across synthetic budgets\n", markdown_table(budget, list(budget[0]))]
     md += ["\n## Time per part (s)\n", markdown_table(rows, ["backbone", *times])]
@@ -262,7 +281,10 @@ def audit_report(results: AuditResults, n_boot: int = 2000, level: float = 0.9) 
                     tables={"agreement.csv": agree_rows}, columns=["backbone", *scores, *targets, *times])  # fmt: skip
     sections = [
         ("Ranking", table_html(rows, main_cols, dirs)),
-        ("Rank agreement with the downstream accuracies", table_html(agree_rows, agree_cols)),
+        (
+            "Rank agreement with the downstream accuracies",
+            f'<p class="note">{legend}</p>' + table_html(matrix, matrix_cols),
+        ),
     ]
     if budget:
         sections.append(("Consistency across synthetic budgets", table_html(budget, list(budget[0]))))

@@ -19,7 +19,7 @@ def test_best_marks_follow_each_columns_direction() -> None:
 
 def test_tables_escape_and_mark() -> None:
     t = table_html(ROWS, ["backbone", "score", "loss"], {"score": True})
-    assert "b&lt;x&gt;" in t and '<td class="best">0.700</td>' in t and "<td>n/a</td>" in t
+    assert "b&lt;x&gt;" in t and '<td class="num best">0.700</td>' in t and '<td class="num">n/a</td>' in t
     md = markdown_table(ROWS, ["backbone", "score"], {"score": True})
     assert md.splitlines()[3] == "| b<x> | **0.700** |"
     assert format_value(12345.0) == "1.234e+04" and format_value(None) == "n/a" and format_value(3) == "3"
