@@ -8,6 +8,7 @@ arXiv:2604.14973, §5; Figs. 5 and 10), for one backbone on labelled images (dig
 
 from __future__ import annotations
 
+import math
 import numbers
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -18,6 +19,7 @@ import torch
 from torch import Tensor
 
 from ..features import FeatureExtractor
+from ..utils.rank_agreement import pearson
 from .config import DivergenceRadiusConfig
 from .downstream import fit_line, fit_linear_probe, open_clip_zero_shot, regression_mse
 from .protocol import SweepOutput, robustness_sweep
@@ -29,13 +31,9 @@ FAMILIES = (("divergence_radius", "r_dr", "R_dr"), ("cosine_robustness", "r_cs",
 
 
 def _pearson(x: Sequence[float], y: Sequence[float]) -> float | None:
-    """Pearson's r, or None (undefined) with fewer than 3 values or a constant column."""
-    a, b = torch.tensor(list(x), dtype=F64), torch.tensor(list(y), dtype=F64)
-    if a.numel() < 3:
-        return None
-    a, b = a - a.mean(), b - b.mean()
-    den = float(a.norm() * b.norm())
-    return float(a @ b) / den if den > 0 else None
+    """Pearson's r (:func:`src.utils.rank_agreement.pearson`), None (JSON null) where undefined."""
+    r = pearson(x, y)
+    return None if math.isnan(r) else r
 
 
 def drop_correlations(rows: Sequence[dict[str, Any]], clean_accuracy: float) -> dict[str, float | None]:

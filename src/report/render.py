@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from ..utils.checkpoint_io import atomic_write_bytes
+from ..utils.rank_agreement import Agreement, agreement
 from ..utils.report_writer import Report
-from .agreement import Agreement, agreement
 from .audit import AuditResults
 from .html import figure_html, markdown_table, page, table_html
 

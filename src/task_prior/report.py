@@ -25,12 +25,12 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 from torch import Tensor
 
 from ..backbones.spec import check_backbone_spec
 from ..utils.progress import progress_sink
+from ..utils.rank_agreement import pearson, spearman
 from ..utils.report_writer import Report
 from .config import TaskPriorConfig, task_prior_config
 from .moments import task_prior_moments
@@ -238,29 +238,16 @@ def comparison_figures(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     return {FIGURE: fig}
 
 
-def _pearson(a: Sequence[float], b: Sequence[float]) -> float:
-    a, b = np.asarray(a, float), np.asarray(b, float)
-    if len(a) < 3 or a.std() == 0 or b.std() == 0:
-        return float("nan")
-    return float(np.corrcoef(a, b)[0, 1])
-
-
-def _spearman(a: Sequence[float], b: Sequence[float]) -> float:
-    from scipy.stats import rankdata
-
-    return _pearson(rankdata(a), rankdata(b))
-
-
 def correlations(rows: Sequence[Mapping[str, Any]]) -> dict[str, float]:
     """Pearson and Spearman correlations across backbones (the paper's Fig. 2 analysis): E vs mean accuracy and
     Var vs accuracy variance; NaN with fewer than 3 backbones or a constant column."""
     e, v = [r["mean"] for r in rows], [r["var"] for r in rows]
     am, av = [r["acc_mean"] for r in rows], [r["acc_var"] for r in rows]
     return {
-        "pearson_mean_vs_acc_mean": _pearson(e, am),
-        "spearman_mean_vs_acc_mean": _spearman(e, am),
-        "pearson_var_vs_acc_var": _pearson(v, av),
-        "spearman_var_vs_acc_var": _spearman(v, av),
+        "pearson_mean_vs_acc_mean": pearson(e, am),
+        "spearman_mean_vs_acc_mean": spearman(e, am),
+        "pearson_var_vs_acc_var": pearson(v, av),
+        "spearman_var_vs_acc_var": spearman(v, av),
     }
 
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from src.report.agreement import agreement, kendall_tau_b, pearson, permutation_p_value
+from src.utils.rank_agreement import agreement, kendall_tau_b, pearson, permutation_p_value
 
 
 @pytest.mark.parametrize("seed", range(5))
@@ -67,3 +67,12 @@ def test_seeds_are_resampled_and_names_are_matched() -> None:
         agreement(scores, {"a": 1.0}, n_boot=10)
     with pytest.raises(ValueError, match="finite"):
         agreement([1.0, math.nan, 2.0], [1, 2, 3], n_boot=10)
+
+
+def test_spearman_matches_scipy_with_ties() -> None:
+    from src.utils.rank_agreement import spearman
+
+    x, y = [1.0, 2.0, 2.0, 5.0, 3.0], [0.3, 0.1, 0.4, 0.9, 0.9]
+    # sums of a handful of O(1) float64 terms: 1e-12 is orders above their rounding
+    assert spearman(x, y) == pytest.approx(stats.spearmanr(x, y)[0], abs=1e-12)
+    assert math.isnan(spearman([1, 1, 1], [1, 2, 3]))

@@ -1,4 +1,4 @@
-"""Rank agreement of task-agnostic scores with downstream accuracies across backbones (the SynBench paper's
+"""Rank agreement of scores with accuracies across backbones (the one owner of Pearson / Spearman / Kendall in RepBench) (the SynBench paper's
 Figure 4 analysis: Ko et al., ICML 2024, arXiv:2210.02989, §4.1), with the uncertainty a handful of backbones leaves.
 
 For a score column x and an accuracy column y over the same n backbones: Pearson's r, Kendall's τ_b, a bootstrap
@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-__all__ = ["Agreement", "agreement", "kendall_tau_b", "pearson", "permutation_p_value"]
+__all__ = ["Agreement", "agreement", "kendall_tau_b", "pearson", "permutation_p_value", "spearman"]
 
 MAX_EXACT = 8  # n! orderings enumerated up to n = 8 (40,320); Monte Carlo beyond
 
@@ -30,6 +30,15 @@ def pearson(x: Sequence[float], y: Sequence[float]) -> float:
     a, b = a - a.mean(), b - b.mean()
     den = math.sqrt(float(a @ a) * float(b @ b))
     return float(a @ b) / den if den > 0 else math.nan
+
+
+def spearman(x: Sequence[float], y: Sequence[float]) -> float:
+    """Spearman's ρ: Pearson's r of the average ranks (ties share their mean rank); NaN where r is undefined."""
+    from scipy.stats import rankdata
+
+    if len(x) != len(y):
+        return math.nan
+    return pearson(rankdata(x), rankdata(y))
 
 
 def kendall_tau_b(x: Sequence[float], y: Sequence[float]) -> float:
