@@ -51,6 +51,7 @@ def audit_config(cfg: DictConfig) -> Any:
         tp_image_size=plain["tp_image_size"],
         downstream={k: down[k] for k in ("epsilons", "steps", "norm", "C")},
         budgets=tuple(plain["budgets"] or ()),
+        seeds=tuple(plain["seeds"] or ()),
     )
 
 

@@ -65,6 +65,9 @@ class AuditConfig:
     divergence_radius: the sweep; dr_images / dr_image_size: bundled photos swept. task_prior: the probe study;
     tp_images / tp_image_size: the digits it runs on. downstream: probe options (epsilons, steps, norm, C).
     budgets: numbers of synthetic training samples for the consistency check (empty = none).
+    seeds: extra seeds of the synthetic parts (SynBench and the baselines are Monte Carlo estimates): each repeats
+    them with ``synbench.seed`` replaced; the table shows the mean over all seeds and the rank agreement resamples
+    seeds within each backbone (empty = the one seed of ``synbench``).
     """
 
     parts: tuple[str, ...] = PARTS
@@ -81,6 +84,7 @@ class AuditConfig:
     tp_image_size: int = 32
     downstream: Mapping[str, Any] = field(default_factory=lambda: dict(DOWNSTREAM_DEFAULTS))
     budgets: tuple[int, ...] = ()
+    seeds: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         parts = tuple(self.parts)
@@ -116,6 +120,12 @@ class AuditConfig:
         if any(isinstance(b, bool) or not isinstance(b, int) or b < 2 for b in budgets):
             raise ValueError(f"budgets must be integers >= 2 (synthetic training samples), got {list(budgets)}")
         object.__setattr__(self, "budgets", budgets)
+        seeds = tuple(self.seeds or ())
+        if any(isinstance(v, bool) or not isinstance(v, int) or v < 0 for v in seeds) or self.synbench.seed in seeds:
+            raise ValueError(
+                f"seeds must be distinct integers >= 0 other than synbench.seed ({self.synbench.seed}), got {list(seeds)}"
+            )
+        object.__setattr__(self, "seeds", seeds)
 
 
 def tensor_fingerprint(*tensors: Tensor) -> str:
@@ -300,6 +310,16 @@ def run_audit(
                      cfg.baseline_eps, cfg.input_size, device),
                      {"synbench": _config_settings(cfg.synbench), "s": cfg.baseline_s, "which": list(cfg.baselines),
                       "eps": list(cfg.baseline_eps), "input_size": cfg.input_size}))  # fmt: skip
+    for k in cfg.seeds:
+        sb = dataclasses.replace(cfg.synbench, seed=k)
+        if "synbench" in parts:
+            jobs.append((f"synbench#{k}", lambda bb, lab, sb=sb: part_synbench(bb, sb, cfg.input_size, device),
+                         {"synbench": _config_settings(sb), "input_size": cfg.input_size}))  # fmt: skip
+        if "baselines" in parts:
+            jobs.append((f"baselines#{k}", lambda bb, lab, sb=sb: part_baselines(bb, sb, cfg.baseline_s, cfg.baselines,
+                         cfg.baseline_eps, cfg.input_size, device),
+                         {"synbench": _config_settings(sb), "s": cfg.baseline_s, "which": list(cfg.baselines),
+                          "eps": list(cfg.baseline_eps), "input_size": cfg.input_size}))  # fmt: skip
     for n in cfg.budgets:
         sb = dataclasses.replace(cfg.synbench, n_train=n)
         if "synbench" in parts:

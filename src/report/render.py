@@ -54,16 +54,36 @@ def _synbench_columns(value: Mapping[str, Any]) -> dict[str, float]:
     return {"synbench": res.score(res.eps[0]), "synbench_best_eps": res.best_eps()}
 
 
+def _synthetic_columns(v: Mapping[str, Any], suffix: str = "") -> dict[str, float]:
+    """SynBench and baseline columns of one backbone from its parts ``synbench<suffix>`` / ``baselines<suffix>``."""
+    cols: dict[str, float] = {}
+    if f"synbench{suffix}" in v:
+        cols.update(_synbench_columns(v[f"synbench{suffix}"]))
+    if f"baselines{suffix}" in v:
+        cols.update(v[f"baselines{suffix}"]["values"])
+    return cols
+
+
+def seed_values(results: AuditResults) -> dict[str, dict[str, list[float]]]:
+    """{backbone: {column: [value per seed]}} of the synthetic columns (the config's seed first, then ``seeds``)."""
+    out: dict[str, dict[str, list[float]]] = {}
+    for label in results.labels:
+        v = results.values[label]
+        per = [_synthetic_columns(v)] + [_synthetic_columns(v, f"#{k}") for k in results.config.seeds]
+        out[label] = {c: [p[c] for p in per if c in p and _is_number(p[c])] for c in per[0]}
+    return out
+
+
 def score_rows(results: AuditResults) -> list[dict[str, Any]]:
-    """One flat row per backbone: every score, every downstream accuracy (``<set>/<metric>``) and the time of each
-    part (``time_<part>_s``)."""
+    """One flat row per backbone: every score (synthetic ones: the mean over seeds), every downstream accuracy
+    (``<set>/<metric>``) and the time of each part (``time_<part>_s``)."""
     rows = []
+    seeds = seed_values(results)
     for label in results.labels:
         v, row = results.values[label], {"backbone": label}
-        if "synbench" in v:
-            row.update(_synbench_columns(v["synbench"]))
-        if "baselines" in v:
-            row.update(v["baselines"]["values"])
+        for col, vals in seeds[label].items():
+            first = _synthetic_columns(v).get(col)
+            row[col] = sum(vals) / len(vals) if vals and results.config.seeds else first
         if "divergence_radius" in v:
             row["r_dr_mean"] = v["divergence_radius"]["r_dr_mean"]
             row["r_cs_mean"] = v["divergence_radius"]["r_cs_mean"]
@@ -72,8 +92,8 @@ def score_rows(results: AuditResults) -> list[dict[str, Any]]:
             row.update({"tp_mean": tp["mean"], "tp_var": tp["var"], "tp_z": tp["z"], "tp_acc_mean": tp["acc_mean"]})
         for name, accs in v.get("downstream", {}).items():
             row.update({f"{name}/{k}": a for k, a in accs.items()})
-        for part, s in results.seconds[label].items():
-            row[f"time_{part}_s"] = s
+        for part, sec in results.seconds[label].items():
+            row[f"time_{part}_s"] = sec
         rows.append(row)
     return rows
 
@@ -106,17 +126,28 @@ def target_columns(rows: Sequence[Mapping[str, Any]]) -> list[str]:
     return cols
 
 
-def agreements(rows: Sequence[Mapping[str, Any]], n_boot: int = 2000, level: float = 0.9) -> list[Agreement]:
+def agreements(
+    rows: Sequence[Mapping[str, Any]],
+    n_boot: int = 2000,
+    level: float = 0.9,
+    per_seed: Mapping[str, Mapping[str, Sequence[float]]] | None = None,
+) -> list[Agreement]:
     """Agreement of every score column with every downstream column across backbones (columns with a missing or
-    non-finite value for some backbone are left out: the report lists them as undefined)."""
+    non-finite value for some backbone are left out: the report lists them as undefined). ``per_seed``: {backbone:
+    {column: values}} — those columns are resampled over seeds within each backbone too."""
     out = []
     for target in target_columns(rows):
         for col in score_columns(rows):
             xs, ys = [r.get(col) for r in rows], [r.get(target) for r in rows]
             if not all(_is_number(x) for x in xs) or not all(_is_number(y) for y in ys):
                 continue
-            out.append(agreement([float(x) for x in xs], [float(y) for y in ys], score_name=col, target_name=target,
-                                 higher_is_better=direction(col), n_boot=n_boot, level=level))  # fmt: skip
+            if per_seed and all(len(per_seed.get(r["backbone"], {}).get(col, ())) > 1 for r in rows):
+                x: Any = {r["backbone"]: list(per_seed[r["backbone"]][col]) for r in rows}
+                y: Any = {r["backbone"]: float(r[target]) for r in rows}
+            else:
+                x, y = [float(v) for v in xs], [float(v) for v in ys]
+            out.append(agreement(x, y, score_name=col, target_name=target, higher_is_better=direction(col),
+                                 n_boot=n_boot, level=level))  # fmt: skip
     return out
 
 
@@ -235,7 +266,7 @@ def _figures(results: AuditResults, rows: Sequence[Mapping[str, Any]], agree: Se
 def audit_report(results: AuditResults, n_boot: int = 2000, level: float = 0.9) -> tuple[Report, str]:
     """(the Report — ``report.{md,csv,json}`` and figures — and the self-contained HTML page)."""
     rows = score_rows(results)
-    agree = agreements(rows, n_boot, level)
+    agree = agreements(rows, n_boot, level, seed_values(results) if results.config.seeds else None)
     budget = budget_choices(results)
     scores, targets = score_columns(rows, with_descriptive=True), target_columns(rows)
     times = sorted({k for r in rows for k in r if k.startswith("time_")})
@@ -246,7 +277,9 @@ def audit_report(results: AuditResults, n_boot: int = 2000, level: float = 0.9) 
     intro = (
         f"{len(results.labels)} backbones; parts {', '.join(cfg.parts)}. SynBench at {cfg.input_size or 'native'} px, "
         f"{len(cfg.synbench.s_values)} s values x ({cfg.synbench.n_train} + {cfg.synbench.n_test}) samples; baselines on "
-        f"the same proxy task at s = {cfg.baseline_s:g}. Best value per column in bold (direction of each score as "
+        f"the same proxy task at s = {cfg.baseline_s:g}"
+        + (f"; synthetic scores are means over {1 + len(cfg.seeds)} seeds" if cfg.seeds else "")
+        + ". Best value per column in bold (direction of each score as "
         "its paper reads it; none for alpha_req, tp_var, synbench_best_eps). Agreement intervals are "
         f"{level:.0%} bootstrap intervals over backbones: with a handful of backbones they are wide, and the verdict "
         "says when a score cannot be told apart from no agreement."
