@@ -128,7 +128,8 @@ def fit_logistic(
     x: Tensor, y: Tensor, num_classes: int, *, l2: float = 1e-3, max_iter: int = 1000, threads: int | None = 1
 ) -> Predictor:
     """The default probe: multinomial logistic regression with the penalty l2/2·(‖W‖² + ‖b‖²), full-batch L-BFGS
-    (strong Wolfe) in float64 to a gradient norm ≤ 1e-8 (a RuntimeWarning names ``max_iter`` otherwise). Returns
+    (strong Wolfe) in float64 to a gradient norm ≤ 1e-8 (a RuntimeWarning names ``max_iter`` when the strong-convexity
+    bound ‖∇‖²/(2·l2) on the remaining loss gap exceeds 1e-6 nats). Returns
     x ↦ log-probabilities. ``threads``: torch CPU threads during the fit (1, default: its many small products run
     up to 100x slower with 2 threads on a busy CPU; None leaves torch's setting)."""
     x = x.to(F64)
@@ -153,10 +154,14 @@ def fit_logistic(
     with torch.enable_grad(), torch_threads(threads):
         opt.step(objective)
         objective()
-    grad = max(float(w.grad.abs().max()), float(b.grad.abs().max()))
-    if grad > 1e-6:
+    # The objective is l2-strongly convex, so its suboptimality is at most ‖∇‖² / (2·l2): the fit is as good as
+    # converged when that bound is below 1e-6 nats per sample (six orders below the losses the curve reports).
+    grad_sq = float(w.grad.square().sum() + b.grad.square().sum())
+    gap = grad_sq / (2.0 * l2)
+    if gap > 1e-6:
         warnings.warn(
-            f"fit_logistic: L-BFGS stopped at gradient {grad:.2e} after max_iter={max_iter}; raise max_iter or l2",
+            f"fit_logistic: L-BFGS stopped after max_iter={max_iter} with the loss up to {gap:.1e} nats above its "
+            f"minimum (gradient norm {grad_sq**0.5:.1e}); raise max_iter or l2",
             RuntimeWarning,
             stacklevel=2,
         )

@@ -92,3 +92,20 @@ def test_loss_data_bad_input() -> None:
         mdl(LossDataCurve((10,), (1.0,), 2), "bits")
     with pytest.raises(ValueError, match="columns"):
         loss_data_curve(torch.randn(20, 2), torch.arange(20) % 2, torch.randn(5, 3), torch.arange(5) % 2)
+
+
+def test_fit_logistic_warns_only_when_the_convexity_bound_says_the_fit_is_off() -> None:
+    import warnings
+
+    import torch
+
+    from src.baselines.loss_data import fit_logistic
+
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(64, 5, generator=g, dtype=torch.float64)
+    y = (x[:, 0] > 0).long()
+    with pytest.warns(RuntimeWarning, match=r"nats above its minimum"):
+        fit_logistic(x, y, 2, max_iter=1)  # one step cannot close a gap of ~0.69 nats
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        fit_logistic(x, y, 2)  # converged: the bound ||grad||^2 / (2 l2) is far below 1e-6
