@@ -10,7 +10,8 @@ Liu et al., "Robustness of Vision Foundation Models to Common Perturbations" (ar
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -105,16 +106,18 @@ def open_clip_zero_shot(
     pretrained: str | None = None,
     templates: Sequence[str] = DEFAULT_TEMPLATES,
     model: nn.Module | None = None,
+    create_kwargs: Mapping[str, Any] | None = None,
 ) -> ZeroShotClassifier:
     """Zero-shot head for an ``open_clip:<arch>`` backbone: its text tower (the same ``pretrained`` weights; or a
-    given open_clip ``model``) embeds the prompts; the logit scale is the model's own."""
+    given open_clip ``model``) embeds the prompts; the logit scale is the model's own. ``create_kwargs``: further
+    ``open_clip.create_model`` options (those the backbone was created with)."""
     import open_clip
 
     if model is None:
         from ..backbones.open_clip_backbone import _resolve_pretrained
 
         weights = _resolve_pretrained(arch, pretrained) if pretrained else None
-        model = open_clip.create_model(arch, pretrained=weights)
+        model = open_clip.create_model(arch, pretrained=weights, **dict(create_kwargs or {}))
     model.eval()
     tokenizer = (
         open_clip.get_tokenizer(arch) if arch in open_clip.list_models() else open_clip.get_tokenizer("ViT-B-32")

@@ -6,6 +6,10 @@ Perturbations", arXiv:2604.14973, §6.1):
     min_f′  L1 + λ·L2,                        f′ initialised as f, k drawn from the perturbation's domain
 
 λ = 0 lets the student collapse to an (almost) constant embedding, robust and useless (the paper's Table 9).
+
+With an ``open_clip:<arch>`` backbone the test stage also measures the paper's utility number (Table 9, ACC): the CLIP
+zero-shot accuracy of the frozen teacher (before fine-tuning) and of the student (after) on the labelled test set,
+against text embeddings of the class-name prompts from the backbone's own text tower.
 """
 
 from __future__ import annotations
@@ -23,12 +27,14 @@ from torch import Tensor, nn
 from torchmetrics import MeanMetric
 
 from ..backbones import Backbone, check_images
+from ..divergence_radius.compare import DIGIT_NAMES
+from ..divergence_radius.downstream import ZeroShotClassifier, open_clip_zero_shot
 from ..perturbations import perturb, sample_parameters
 from ..perturbations.registry import check_perturbation_names
 from ..utils.checkpoint import register_module
-from .base import RepBenchModule, unpack_batch
+from .base import RepBenchModule, backbone_spec, unpack_batch
 
-__all__ = ["PerturbationRobustFineTune", "select_trainable"]
+__all__ = ["PerturbationRobustFineTune", "select_trainable", "zero_shot_class_names", "zero_shot_head"]
 
 log = logging.getLogger("repbench")
 
@@ -85,6 +91,61 @@ def _mean_cos(a: Tensor, b: Tensor) -> Tensor:
     return F.cosine_similarity(a.float(), b.float(), dim=1, eps=1e-12)
 
 
+_SPEC_WEIGHTS = ("pretrained", "checkpoint_path")  # create_open_clip's weight options; projection is the tower's
+
+
+def _spec_parts(spec: Any) -> tuple[str, dict[str, Any]]:
+    """(name, options) of a backbone spec as stored in hparams (a name or ``{name: ..., **opts}``)."""
+    if isinstance(spec, str):
+        return spec, {}
+    opts = dict(spec)
+    return str(opts.pop("name", "")), opts
+
+
+def _is_open_clip(spec: Any) -> bool:
+    return _spec_parts(spec)[0].startswith("open_clip:")
+
+
+def zero_shot_head(spec: Any, class_names: Sequence[str], *, seed: int = 0) -> ZeroShotClassifier:
+    """The CLIP zero-shot head of an ``open_clip:<arch>`` backbone spec: the text tower of the same weights
+    (``pretrained`` tag or file, or ``checkpoint_path``) embeds ``"a photo of a {c}."`` for each class name
+    (:func:`~src.divergence_radius.downstream.open_clip_zero_shot`). Random-weight specs (``pretrained: null``) get a
+    random text tower drawn from ``seed`` (the image tower's own was not kept: a control, not a CLIP number). A
+    ValueError for a non-open_clip spec or a pre-projection embedding (``projection: false``: not the joint space)."""
+    name, opts = _spec_parts(spec)
+    if not name.startswith("open_clip:"):
+        raise ValueError(
+            f"zero-shot accuracy needs an open_clip backbone (its text tower), got backbone {name!r}; "
+            "set model.zero_shot_eval=false"
+        )
+    if opts.pop("projection", True) is False:
+        raise ValueError(
+            f"zero-shot accuracy needs the joint image-text embedding, but backbone {name!r} has projection: false; "
+            "use projection: true or set model.zero_shot_eval=false"
+        )
+    weights = opts.pop("checkpoint_path", None) or opts.pop("pretrained", None)
+    opts = {k: v for k, v in opts.items() if k not in _SPEC_WEIGHTS}
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(int(seed))  # only a random-weight text tower depends on it
+        return open_clip_zero_shot(name.split(":", 1)[1], list(class_names), pretrained=weights, create_kwargs=opts)
+
+
+def zero_shot_class_names(explicit: Sequence[str] | None, datamodule: Any) -> list[str]:
+    """The class names of the zero-shot prompts (label i = name i): ``explicit`` if given, else the data module's
+    ``class_names`` (the digits' "0".."9" become "zero".."nine", words a text tower reads); a ValueError naming
+    the fix when there are none."""
+    names = explicit if explicit is not None else getattr(datamodule, "class_names", None)
+    if names is None:
+        raise ValueError(
+            "zero-shot accuracy needs class names: the data module has no `class_names`; set "
+            "model.zero_shot_class_names=[...] (one per label, in label order) or model.zero_shot_eval=false"
+        )
+    names = [str(n) for n in names]
+    if not names or any(not n.strip() for n in names):
+        raise ValueError(f"model.zero_shot_class_names must be non-empty names, one per label, got {names}")
+    return list(DIGIT_NAMES) if names == [str(d) for d in range(10)] else names
+
+
 @register_module
 class PerturbationRobustFineTune(RepBenchModule):
     """Student f′ = ``self.backbone`` (initialised from the backbone, trained), teacher f = a frozen copy (eval mode,
@@ -102,6 +163,11 @@ class PerturbationRobustFineTune(RepBenchModule):
             parameters still train when selected). Then f′ = f exactly at the start (L2 = −1).
         lr, weight_decay, optimizer (adam | adamw | sgd), scheduler (cosine | None): optimisation.
         seed: seeds the perturbation draws: (seed, stage, step, rank) -> generator, reproducible after a resume.
+        zero_shot_eval: ``"auto"`` (on for ``open_clip:`` backbones), True or False: at test time log
+            ``test/zero_shot/acc_before`` (frozen teacher) and ``test/zero_shot/acc_after`` (student), the CLIP
+            zero-shot accuracy on the test labels (the paper's Table 9 ACC; see :func:`zero_shot_head`).
+        zero_shot_class_names: the prompts' class names (label i = name i); None = the data module's
+            ``class_names`` (see :func:`zero_shot_class_names`).
 
     Checkpoints store the student and leave out the frozen teacher when the backbone spec rebuilds it bit for bit
     (see :class:`~src.models.base.RepBenchModule`).
@@ -122,7 +188,13 @@ class PerturbationRobustFineTune(RepBenchModule):
         optimizer: str = "adamw",
         scheduler: str | None = "cosine",
         seed: int = 0,
+        zero_shot_eval: bool | str = "auto",
+        zero_shot_class_names: Sequence[str] | None = None,
     ) -> None:
+        if zero_shot_eval not in (True, False, "auto"):
+            raise ValueError(f"zero_shot_eval must be true, false or 'auto', got {zero_shot_eval!r}")
+        if zero_shot_eval is True and not _is_open_clip(backbone_spec(backbone)):
+            zero_shot_head(backbone_spec(backbone), ["x"])  # raises the error naming the backbone and the fix
         if not float(lam) >= 0.0:
             raise ValueError(f"lam must be >= 0 (weight of the utility loss), got {lam}")
         perturbations = list(check_perturbation_names(perturbations))  # a single name = a list of one
@@ -142,6 +214,30 @@ class PerturbationRobustFineTune(RepBenchModule):
         self.metrics = nn.ModuleDict(
             {f"{s}_{m}": MeanMetric() for s in ("val", "test") for m in ("l1", "l2", "utility", "pairwise_cos")}
         )
+        self.zero_shot_metrics = nn.ModuleDict({"acc_before": MeanMetric(), "acc_after": MeanMetric()})
+        self._zero_shot: list[ZeroShotClassifier] = []  # built at test start; a list, not a submodule: never saved
+
+    @property
+    def zero_shot(self) -> ZeroShotClassifier | None:
+        """The zero-shot head of the current test run (None outside it, or when ``zero_shot_eval`` is off)."""
+        return self._zero_shot[0] if self._zero_shot else None
+
+    def zero_shot_names(self) -> list[str] | None:
+        """The class names of the test-time zero-shot accuracy, or None when it is not measured: ``zero_shot_eval``
+        false, or "auto" with a backbone that is not open_clip or data without class names (said in the log).
+        ``zero_shot_eval=true`` without class names is a ValueError naming the fix."""
+        mode = self.hparams.get("zero_shot_eval", "auto")
+        if mode is False or (mode == "auto" and not _is_open_clip(self.hparams.backbone)):
+            return None
+        explicit = self.hparams.get("zero_shot_class_names")
+        datamodule = getattr(self._trainer, "datamodule", None) if self._trainer is not None else None
+        if mode == "auto" and explicit is None and getattr(datamodule, "class_names", None) is None:
+            log.warning(
+                "zero-shot accuracy not measured: the data has no class_names (unlabelled images?); set "
+                "model.zero_shot_class_names=[...] to measure test/zero_shot/acc_before|acc_after"
+            )
+            return None
+        return zero_shot_class_names(explicit, datamodule)
 
     # ----------------------------------------------------------------- modes
     def train(self, mode: bool = True) -> PerturbationRobustFineTune:
@@ -190,7 +286,7 @@ class PerturbationRobustFineTune(RepBenchModule):
         l1, l2 = -cos_robust.mean(), -cos_utility.mean()
         out = {"l1": l1, "l2": l2, "loss": l1 + float(self.hparams.lam) * l2, "cos_robust": cos_robust}
         out["cos_utility"] = cos_utility
-        out["zs"] = zs
+        out["zs"], out["zt"] = zs, zt
         return out
 
     def training_step(self, batch: Any, batch_idx: int) -> Tensor:
@@ -208,7 +304,7 @@ class PerturbationRobustFineTune(RepBenchModule):
         return out["loss"]
 
     def _eval_step(self, stage: str, batch: Any, batch_idx: int) -> None:
-        x, _, _ = unpack_batch(batch)
+        x, y, _ = unpack_batch(batch)
         with torch.no_grad():
             out = self._losses(x, stage, batch_idx)
             zs = F.normalize(out["zs"].float(), dim=1)
@@ -220,6 +316,29 @@ class PerturbationRobustFineTune(RepBenchModule):
         self.metrics[f"{stage}_utility"].update(out["cos_utility"])
         if n > 1:
             self.metrics[f"{stage}_pairwise_cos"].update(pair, weight=n * (n - 1))
+        if stage == "test" and self.zero_shot is not None:
+            self._update_zero_shot(out["zt"], out["zs"], y)
+
+    def _update_zero_shot(self, zt: Tensor, zs: Tensor, y: Tensor) -> None:
+        """Per-image zero-shot hits of the teacher (before) and the student (after) against the test labels."""
+        assert self.zero_shot is not None
+        k = self.zero_shot.text_weights.shape[0]
+        if y.numel() and (int(y.min()) < 0 or int(y.max()) >= k):
+            raise ValueError(
+                f"test labels span [{int(y.min())}, {int(y.max())}] but there are {k} zero-shot class names; set "
+                "model.zero_shot_class_names to one name per label (label i = name i)"
+            )
+        for key, z in (("acc_before", zt), ("acc_after", zs)):
+            self.zero_shot_metrics[key].update((self.zero_shot(z).argmax(1) == y.to(z.device)).float())
+
+    def on_test_start(self) -> None:
+        """Build the zero-shot head once (text tower of the backbone's weights; class names from the data)."""
+        self._zero_shot.clear()
+        names = self.zero_shot_names()
+        if names is not None:
+            head = zero_shot_head(self.hparams.backbone, names, seed=int(self.hparams.seed))
+            self._zero_shot.append(head.to(self.device))
+            log.info("zero-shot accuracy at test time over %d classes: %s", len(names), names)
 
     def validation_step(self, batch: Any, batch_idx: int) -> None:
         self._eval_step("val", batch, batch_idx)
@@ -245,7 +364,13 @@ class PerturbationRobustFineTune(RepBenchModule):
 
     def on_test_epoch_end(self) -> None:
         self._log_eval("test")
+        if self.zero_shot is not None:
+            for key, metric in self.zero_shot_metrics.items():
+                self.log(f"test/zero_shot/{key}", metric.compute(), sync_dist=False)
+                metric.reset()
 
     def on_fit_start(self) -> None:
-        for metric in self.metrics.values():
+        if self.hparams.get("zero_shot_eval") is True:
+            self.zero_shot_names()  # no class names is an error now, not after training
+        for metric in [*self.metrics.values(), *self.zero_shot_metrics.values()]:
             metric.reset()  # states created in __init__ are shared between ddp_spawn workers until reset
