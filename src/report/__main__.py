@@ -13,7 +13,6 @@ import time
 from typing import Any
 
 import hydra
-import torch
 from omegaconf import DictConfig, OmegaConf
 
 from ..utils.allocator import keep_freed_memory
@@ -55,38 +54,20 @@ def audit_config(cfg: DictConfig) -> Any:
     )
 
 
-def _tensors(dataset: Any) -> tuple[torch.Tensor, torch.Tensor]:
-    """(images, labels) of a map-style dataset of (x, y, ...) items."""
-    xs, ys = [], []
-    for i in range(len(dataset)):
-        item = dataset[i]
-        xs.append(torch.as_tensor(item[0]))
-        ys.append(int(item[1]))
-    return torch.stack(xs).float(), torch.tensor(ys, dtype=torch.long)
-
-
-def downstream_sets(names: list[str], image_size: int, seed: int) -> dict[str, Any]:
-    """{name: ((train x, y), (test x, y))} from the training CLI's ``configs/data/<name>.yaml`` data modules (their
-    training and held-out test splits); a missing data set fails here, naming the files it needs."""
-    from hydra.utils import instantiate
+def downstream_sets(
+    names: list[Any], image_size: int, seed: int, paths: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """{name: ((train x, y), (test x, y))} from the training CLI's ``configs/data`` options (their training and
+    held-out test splits, every image; :mod:`src.utils.data_tensors`): a name or ``{option: <name>, **overrides}``
+    (a mapping is labelled by its ``option``). A missing data set fails here, naming the files it needs."""
+    from ..utils.data_tensors import load_data_config, split_tensors
 
     out = {}
-    for name in names:
-        path = config_dir() / "data" / f"{name}.yaml"
-        if not path.is_file():
-            known = sorted(p.stem for p in (config_dir() / "data").glob("*.yaml"))
-            raise ValueError(f"downstream.sets: no data config {name!r}; choose from {known}")
-        node = OmegaConf.merge({"seed": seed}, {"data": OmegaConf.load(path)})
-        if "image_size" in node.data:
-            node.data.image_size = image_size
-        dm = instantiate(node.data, _convert_="all")
-        dm.prepare_data()
-        dm.setup("fit")
-        dm.setup("test")
-        test = getattr(dm, "test_dataset", None)
-        if test is None:
-            raise ValueError(f"downstream.sets: data {name!r} has no held-out test split; it cannot score a probe")
-        out[name] = (_tensors(dm.train_dataset), _tensors(test))
+    for entry in names:
+        name = entry if isinstance(entry, str) else str(dict(entry).get("option", entry))
+        dm = load_data_config(entry, seed, image_size, paths=paths, key="downstream.sets")
+        sets = split_tensors(dm, ("train", "test"), key=f"downstream.sets {name!r}")
+        out[name] = (sets["train"], sets["test"])
     return out
 
 
@@ -105,9 +86,10 @@ def run(cfg: DictConfig) -> str:
     keep_freed_memory()
     t0 = time.perf_counter()
     down = cfg.downstream
-    sets = (
-        downstream_sets(list(down.sets), int(down.image_size), int(cfg.seed)) if "downstream" in config.parts else None
-    )
+    sets = None
+    if "downstream" in config.parts:
+        paths = OmegaConf.to_container(cfg.paths, resolve=True)
+        sets = downstream_sets(OmegaConf.to_container(down.sets), int(down.image_size), int(cfg.seed), paths)
     results = run_audit(backbones, config, downstream=sets, cache_dir=cfg.cache_dir, device=cfg.device,
                         progress=bool(cfg.progress))  # fmt: skip
     md = write_audit(results, out, int(cfg.agreement.n_boot), float(cfg.agreement.level))["md"].read_text()
