@@ -8,6 +8,7 @@ LightningModule, CLI and Hydra callback are shells over these functions."""
 from .config import TaskPriorConfig, task_prior_config
 from .conventions import CONVENTIONS, DEFAULT_CONVENTION, TaskPriorConvention, resolve_convention
 from .kernels import CenteredCosine, centered_cosine_kernel, centered_normalized_features, kernel_frobenius_norm
+from .matrix import prior_matrix, prior_matrix_figure
 from .moments import (
     DEFAULT_BLOCK_SIZE,
     DEFAULT_EVAL_SCALE,
@@ -27,6 +28,8 @@ __all__ = [
     "task_prior_config",
     "compare_backbones",
     "compare_features",
+    "prior_matrix",
+    "prior_matrix_figure",
     "CONVENTIONS",
     "DEFAULT_CONVENTION",
     "TaskPriorConvention",

@@ -52,7 +52,13 @@ def run(cfg: DictConfig) -> str:
     out = check_writable_dir(cfg.paths.output_dir, OUTPUT_DIR_FIX)
     keep_freed_memory()  # reuse freed activation memory (docs/speed.md), as every CLI does
     report = compare_backbones(
-        backbones, config, images=images, max_batch=max_batch, device=cfg.device, progress=bool(cfg.progress)
+        backbones,
+        config,
+        images=images,
+        max_batch=max_batch,
+        device=cfg.device,
+        progress=bool(cfg.progress),
+        prior_matrix=cfg.get("prior_matrix", False),  # Fig. 6: every backbone as prior x every one evaluated
     )
     report.write(out)
     # once: Hydra's job logging shows it on the console and keeps it in the run's log file

@@ -32,6 +32,7 @@ from ..backbones.spec import check_backbone_spec
 from ..utils.progress import progress_sink
 from ..utils.rank_agreement import pearson, spearman
 from ..utils.report_writer import Report
+from . import matrix as prior_matrices
 from .config import TaskPriorConfig, task_prior_config
 from .moments import task_prior_moments
 from .probing import accuracy_summary, evaluate_task_probes, random_split
@@ -158,6 +159,7 @@ def compare_backbones(
     max_batch: int = 256,
     device: str | torch.device = "cpu",
     progress: bool | Callable[[str], None] = False,
+    prior_matrix: bool = False,
 ) -> Report:
     """The Task-Prior probe study of every backbone on the same images -> a Report (``method="task_prior"``, rows =
     :data:`COLUMNS` per backbone, ``results``: {label: row}, figure ``e_vs_accuracy.png``).
@@ -169,8 +171,10 @@ def compare_backbones(
     ``prior_backbone``: None = ``config.prior_backbone``. Features go through ``FeatureExtractor`` (``max_batch``
     images per forward, on ``device``); random-weight backbones are initialised from ``config.seed`` (under
     ``torch.random.fork_rng``: the caller's global generator is left as it was). ``progress``: True logs one line per
-    backbone, a callable receives the lines. Every argument is checked, and every backbone built once, before the
-    first forward."""
+    backbone, a callable receives the lines. ``prior_matrix``: also every evaluated backbone as the prior of every
+    other (:func:`~src.task_prior.matrix.prior_matrix`, the paper's Fig. 6: B² closed-form moments on the same
+    features, no probes): JSON ``prior_matrix``, Markdown tables and figure ``prior_matrix.png``. Every argument is
+    checked, and every backbone built once, before the first forward."""
     from ..backbones.spec import backbone_labels, backbone_list, build_backbone, check_buildable, spec_name
     from ..features import FeatureExtractor
 
@@ -180,6 +184,8 @@ def compare_backbones(
     prior_spec = cfg.prior_backbone if prior_backbone is None else check_backbone_spec(prior_backbone, "prior_backbone")
     images = digits_images() if images is None else _check_images(images)
     max_batch = check_int(max_batch, "max_batch", 1)
+    if not isinstance(prior_matrix, bool):
+        raise TypeError(f"prior_matrix must be true or false, got {prior_matrix!r}")
     say = progress_sink(progress)
     check_buildable([prior_spec, *specs])  # a missing weight file fails now, not after the first backbones ran
 
@@ -198,24 +204,46 @@ def compare_backbones(
     rows = compare_features(feats, prior, cfg)
     for row in rows:
         row["prior_backbone"] = spec_name(prior_spec)
-    return rows_report(rows)
+    matrix = None
+    if prior_matrix:
+        t0 = time.perf_counter()
+        matrix = prior_matrices.prior_matrix(feats, cfg)
+        if say:
+            say(f"prior matrix {len(feats)} x {len(feats)} in {time.perf_counter() - t0:.1f} s")
+    return rows_report(rows, prior_matrix=matrix)
 
 
-def rows_report(rows: Sequence[Mapping[str, Any]], method: str = METHOD) -> Report:
+def rows_report(
+    rows: Sequence[Mapping[str, Any]], method: str = METHOD, *, prior_matrix: Mapping[str, Any] | None = None
+) -> Report:
     """The Report of Task-Prior rows (from :func:`compare_backbones` or collected ``task_prior_row.json`` files):
     CSV = :data:`COLUMNS`, Markdown = :func:`markdown_table`, JSON = {"rows", "correlations"} (null = undefined),
-    ``results`` = {backbone: row}, figure :data:`FIGURE`; a ValueError for no rows."""
+    ``results`` = {backbone: row}, figure :data:`FIGURE`; with ``prior_matrix`` (a
+    :func:`~src.task_prior.matrix.prior_matrix` result) also JSON ``prior_matrix``, its Markdown tables and figure
+    ``prior_matrix.png``. A ValueError for no rows."""
     if not rows:
         raise ValueError("no rows to write: no backbone was evaluated (or no task_prior_row.json was found)")
     rows = [dict(r) for r in rows]
     corr = correlations(rows)
+    data: dict[str, Any] = {"rows": rows, "correlations": corr}
+    markdown = markdown_table(rows, corr)
+
+    def figures() -> dict[str, Any]:
+        figs = comparison_figures(rows)
+        if prior_matrix is not None:
+            figs[prior_matrices.PRIOR_MATRIX_FIGURE] = prior_matrices.prior_matrix_figure(prior_matrix)
+        return figs
+
+    if prior_matrix is not None:
+        data["prior_matrix"] = prior_matrices.prior_matrix_data(prior_matrix)
+        markdown += "\n" + prior_matrices.prior_matrix_markdown(prior_matrix)
     return Report(
         method=method,
         rows=rows,
-        markdown=markdown_table(rows, corr),
-        data={"rows": rows, "correlations": corr},
+        markdown=markdown,
+        data=data,
         results={str(r["backbone"]): r for r in rows},
-        figures=lambda: comparison_figures(rows),
+        figures=figures,
         columns=COLUMNS,
     )
 
