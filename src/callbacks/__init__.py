@@ -2,7 +2,15 @@
 
 from .checkpointing import ExceptionCheckpoint
 from .divergence_radius_callback import DivergenceRadiusCallback
+from .spectrum_callback import RepresentationCollapseWarning, RepresentationSpectrumCallback
 from .synbench_callback import SynBenchCallback
 from .task_prior_callback import TaskPriorCallback
 
-__all__ = ["DivergenceRadiusCallback", "ExceptionCheckpoint", "SynBenchCallback", "TaskPriorCallback"]
+__all__ = [
+    "DivergenceRadiusCallback",
+    "ExceptionCheckpoint",
+    "RepresentationCollapseWarning",
+    "RepresentationSpectrumCallback",
+    "SynBenchCallback",
+    "TaskPriorCallback",
+]
