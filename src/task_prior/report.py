@@ -30,7 +30,7 @@ from torch import Tensor
 
 from ..backbones.spec import check_backbone_spec
 from ..utils.progress import progress_sink
-from ..utils.rank_agreement import pearson, spearman
+from ..utils.rank_agreement import agreement, kendall_tau_b, pearson, permutation_p_value, spearman
 from ..utils.report_writer import Report
 from . import matrix as prior_matrices
 from .config import TaskPriorConfig, task_prior_config
@@ -44,10 +44,12 @@ __all__ = [
     "DEFAULT_IMAGE_SIZE",
     "DEFAULT_NUM_IMAGES",
     "FIGURE",
+    "INTERVAL_LEVEL",
     "collect_rows",
     "comparison_figures",
     "compare_backbones",
     "compare_features",
+    "correlation_intervals",
     "correlations",
     "digits_images",
     "markdown_table",
@@ -67,6 +69,11 @@ REQUIRED_NUMBERS = ("acc_mean", "acc_var", "mean", "var")  # what the table and 
 #: digits at 32 px (a CPU budget: 6 backbones in minutes on 2 cores)
 DEFAULT_NUM_IMAGES = 600
 DEFAULT_IMAGE_SIZE = 32
+#: the bootstrap intervals of the correlations: 95 % as in the paper's Fig. 3, 2000 resamples
+INTERVAL_LEVEL = 0.95
+INTERVAL_RESAMPLES = 2000
+#: the correlated pairs: (name, closed-form column, probe-accuracy column)
+CORRELATED = (("mean_vs_acc_mean", "mean", "acc_mean"), ("var_vs_acc_var", "var", "acc_var"))
 
 
 def digits_images(
@@ -217,7 +224,8 @@ def rows_report(
     rows: Sequence[Mapping[str, Any]], method: str = METHOD, *, prior_matrix: Mapping[str, Any] | None = None
 ) -> Report:
     """The Report of Task-Prior rows (from :func:`compare_backbones` or collected ``task_prior_row.json`` files):
-    CSV = :data:`COLUMNS`, Markdown = :func:`markdown_table`, JSON = {"rows", "correlations"} (null = undefined),
+    CSV = :data:`COLUMNS`, Markdown = :func:`markdown_table` and the intervals, JSON = {"rows", "correlations",
+    "correlation_intervals" (:func:`correlation_intervals`)} (null = undefined),
     ``results`` = {backbone: row}, figure :data:`FIGURE`; with ``prior_matrix`` (a
     :func:`~src.task_prior.matrix.prior_matrix` result) also JSON ``prior_matrix``, its Markdown tables and figure
     ``prior_matrix.png``. A ValueError for no rows."""
@@ -225,8 +233,9 @@ def rows_report(
         raise ValueError("no rows to write: no backbone was evaluated (or no task_prior_row.json was found)")
     rows = [dict(r) for r in rows]
     corr = correlations(rows)
-    data: dict[str, Any] = {"rows": rows, "correlations": corr}
-    markdown = markdown_table(rows, corr)
+    intervals = correlation_intervals(rows)
+    data: dict[str, Any] = {"rows": rows, "correlations": corr, "correlation_intervals": intervals}
+    markdown = markdown_table(rows, corr) + "\n" + intervals_markdown(intervals)
 
     def figures() -> dict[str, Any]:
         figs = comparison_figures(rows)
@@ -277,6 +286,84 @@ def correlations(rows: Sequence[Mapping[str, Any]]) -> dict[str, float]:
         "pearson_var_vs_acc_var": pearson(v, av),
         "spearman_var_vs_acc_var": spearman(v, av),
     }
+
+
+def _task_replicates(rows: Sequence[Mapping[str, Any]], n_boot: int, seed: int) -> dict[str, list[Any]] | None:
+    """{"acc_mean": [per backbone: n_boot means], "acc_var": [... population variances]} of the per-task accuracies
+    resampled with replacement within each backbone (as many tasks as it has); None when a row has no per-task
+    ``accuracies`` (e.g. an older row file) or any is not finite."""
+    import numpy as np
+
+    accs = [r.get("accuracies") for r in rows]
+    if any(not isinstance(a, Sequence) or len(a) == 0 for a in accs):
+        return None
+    arrays = [np.asarray(a, dtype=np.float64) for a in accs]
+    if not all(np.isfinite(a).all() for a in arrays):
+        return None
+    rng = np.random.default_rng(seed)
+    out: dict[str, list[Any]] = {"acc_mean": [], "acc_var": []}
+    for a in arrays:
+        draws = a[rng.integers(0, a.size, (n_boot, a.size))]
+        out["acc_mean"].append(draws.mean(1))
+        out["acc_var"].append(draws.var(1))  # ddof 0, as accuracy_summary's acc_var
+    return out
+
+
+def correlation_intervals(
+    rows: Sequence[Mapping[str, Any]],
+    *,
+    level: float = INTERVAL_LEVEL,
+    n_boot: int = INTERVAL_RESAMPLES,
+    seed: int = 0,
+) -> dict[str, Any]:
+    """Bootstrap intervals of the correlations across backbones (the paper's Fig. 3 shows 95 % intervals): for E vs
+    mean accuracy and Var vs accuracy variance, Pearson's r and Kendall's τ_b with percentile intervals at ``level``
+    from :func:`~src.utils.rank_agreement.agreement` (``n_boot`` resamples of the backbones; where every row holds
+    its per-task ``accuracies``, each resample also redraws each backbone's tasks with replacement, so the interval
+    includes the sampling of the tasks), and the exact permutation p-value of τ_b. Point estimates are those of the
+    rows as given. NaN = undefined (fewer than 3 backbones, a constant or non-finite column)."""
+    replicates = _task_replicates(rows, n_boot, seed)
+    out: dict[str, Any] = {
+        "level": level,
+        "n_boot": n_boot,
+        "resampled": "backbones" if replicates is None else "backbones, and tasks within each backbone",
+    }
+    names = [str(i) for i in range(len(rows))]  # positions: labels may repeat across collected runs
+    for key, closed, probe in CORRELATED:
+        x = [float(r[closed]) for r in rows]
+        y = [float(r[probe]) for r in rows]
+        point = {"pearson": pearson(x, y), "kendall": kendall_tau_b(x, y)}
+        entry = {**point, "pearson_low": math.nan, "pearson_high": math.nan, "kendall_low": math.nan}
+        entry.update(kendall_high=math.nan, p_value=math.nan, defined_fraction=0.0)
+        if all(math.isfinite(v) for v in x + y):
+            # τ_b and r are symmetric: the probe column, with its task replicates, takes agreement's per-seed side
+            probe_side = {n: (y[i] if replicates is None else replicates[probe][i]) for i, n in enumerate(names)}
+            a = agreement(probe_side, dict(zip(names, x)), level=level, n_boot=n_boot, seed=seed)
+            entry.update(pearson_low=a.pearson_low, pearson_high=a.pearson_high, kendall_low=a.kendall_low)
+            entry.update(kendall_high=a.kendall_high, defined_fraction=a.defined_fraction)
+            entry["p_value"] = permutation_p_value(x, y)
+        out[key] = entry
+    return out
+
+
+def intervals_markdown(intervals: Mapping[str, Any]) -> str:
+    """One line per correlation: r [low, high], τ_b [low, high], p (n/a = undefined)."""
+
+    def f(v: float) -> str:
+        return "n/a" if not math.isfinite(v) else f"{v:+.2f}"
+
+    lines = [
+        f"{100 * intervals['level']:.0f}% bootstrap intervals ({intervals['n_boot']} resamples of the "
+        f"{intervals['resampled']}):"
+    ]
+    for key, title in (("mean_vs_acc_mean", "E vs mean accuracy"), ("var_vs_acc_var", "Var vs accuracy variance")):
+        e = intervals[key]
+        p = "n/a" if not math.isfinite(e["p_value"]) else f"{e['p_value']:.3f}"
+        lines.append(
+            f"- {title}: Pearson r {f(e['pearson'])} [{f(e['pearson_low'])}, {f(e['pearson_high'])}], "
+            f"Kendall τ_b {f(e['kendall'])} [{f(e['kendall_low'])}, {f(e['kendall_high'])}], permutation p = {p}"
+        )
+    return "\n".join(lines) + "\n"
 
 
 def _fmt(v: Any) -> str:
