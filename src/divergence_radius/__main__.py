@@ -4,6 +4,9 @@
 Writes to the run directory ``divergence_radius.md`` (a summary row per backbone, then per backbone and perturbation
 mean R_dr, R_cs, ACC_p and the regression MSEs), ``divergence_radius.csv``, ``divergence_radius.json``,
 ``per_image.csv`` and the figures (see :mod:`src.divergence_radius.compare`).
+
+Data: without ``data=`` the bundled digits split of ``compare_backbones``; ``data=<configs/data option>`` (the
+training CLI's group) is read through :mod:`src.utils.data_tensors` (train split: the probe; test split: the sweep).
 """
 
 from __future__ import annotations
@@ -49,14 +52,58 @@ def comparison_arguments(cfg: DictConfig) -> dict[str, Any]:
     }
 
 
+def uses_bundled_digits(cfg: DictConfig) -> bool:
+    """No ``data=`` (the default): the seeded digits split of ``compare_backbones`` (its ``DIGITS_SPLIT`` sizes
+    ``image_size`` / ``n_train`` / ``n_test``), i.e. this CLI's data before ``data=`` existed."""
+    return cfg.get("data") is None
+
+
+def data_arguments(cfg: DictConfig, seed: int) -> dict[str, Any]:
+    """The data keyword arguments of ``compare_backbones`` with ``data=<configs/data option>`` (the training CLI's
+    group, built at ``image_size`` with the sweep's ``seed``): ``n_train`` images of its train split train the
+    linear probe and ``n_test`` images of its test split are swept (seeded draws; null = every image of the split;
+    more than a split holds is refused). Zero-shot with ``class_names: null`` takes the data module's class names.
+    Reads the files: a missing folder fails here, before any backbone is built."""
+    from ..utils.data_tensors import dataset_tensors, load_data_config, open_splits
+
+    paths = OmegaConf.to_container(cfg.paths, resolve=True)
+    dm = load_data_config(OmegaConf.to_container(cfg.data), seed, cfg.image_size, paths=paths, key="data")
+    linear = cfg.classifier == "linear"
+    splits = open_splits(dm, ("train", "test") if linear else ("test",), key="data")
+    images, labels = dataset_tensors(
+        splits["test"], cfg.n_test, seed=seed, key="n_test (test-split images swept)", minimum=2
+    )
+    out: dict[str, Any] = {"images": images, "labels": labels, "image_size": None, "n_train": None, "n_test": None}
+    if linear:
+        out["train_images"], out["train_labels"] = dataset_tensors(
+            splits["train"], cfg.n_train, seed=seed, key="n_train (train-split images of the probe)"
+        )
+    elif cfg.class_names is None:
+        names = getattr(dm, "class_names", None)
+        if not names:
+            raise ValueError(
+                f"classifier=zero_shot needs a class name per label and {type(dm).__name__} has no class_names; set "
+                "class_names=[...] (label i is class_names[i])"
+            )
+        out["class_names"] = list(names)
+    return out
+
+
 def run(cfg: DictConfig) -> Path:
     """The report of a composed divergence_radius.yaml. The settings (backbone list, the ``divergence_radius`` block, the
-    classifier, the digits sizes) and then the output directory are checked before any backbone is built."""
+    classifier, the sizes), then the data (``data``: its files are read) and the output directory are checked before
+    any backbone is built."""
     from ..utils.run_dir import OUTPUT_DIR_FIX, check_writable_dir
     from .compare import check_comparison, compare_backbones
 
     args = comparison_arguments(cfg)
-    check_comparison(**{k: v for k, v in args.items() if k not in ("templates", "probe_C")})
+    cheap = {k: v for k, v in args.items() if k not in ("templates", "probe_C")}
+    if not uses_bundled_digits(cfg):  # backbones, sweep, classifier, sizes first; the data's class names below
+        cheap["class_names"] = None
+    check_comparison(**cheap)
+    if not uses_bundled_digits(cfg):
+        args.update(data_arguments(cfg, args["config"].seed))  # reads the data: missing files fail here
+        check_comparison(**{k: v for k, v in args.items() if k not in ("templates", "probe_C")})
     out = check_writable_dir(cfg.paths.output_dir, OUTPUT_DIR_FIX)
     keep_freed_memory()  # reuse freed activation memory (docs/speed.md), as every CLI does
     t0 = time.perf_counter()

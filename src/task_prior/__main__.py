@@ -1,6 +1,7 @@
 """``python -m src.task_prior``: the Task-Prior probe study over several backbones (Hydra config
 ``configs/task_prior.yaml``: ``backbones``, the ``task_prior:`` block = :class:`~src.task_prior.config.TaskPriorConfig`,
-``data.num_images`` / ``data.image_size`` of the bundled digits, ``device``, ``max_batch``), or
+``data.num_images`` / ``data.image_size`` of the bundled digits or of ``data=<configs/data option>`` (its
+``data.split``), ``device``, ``max_batch``), or
 ``python -m src.task_prior aggregate=<dir>`` to tabulate the runs of ``python -m src.train -m experiment=task_prior
 backbone=...``.
 
@@ -16,6 +17,7 @@ import time
 
 import hydra
 from omegaconf import DictConfig, OmegaConf
+from torch import Tensor
 
 from ..backbones.spec import backbone_labels, backbone_list
 from ..utils.allocator import keep_freed_memory
@@ -38,6 +40,37 @@ def aggregate(directory: str) -> str:
     return table
 
 
+#: keys of the ``data:`` block that are this CLI's own (the rest, with ``data=<option>``, is the data module's)
+OWN_DATA_KEYS = ("num_images", "split")
+
+
+def study_images(cfg: DictConfig, seed: int) -> Tensor:
+    """The images of the study. Without ``data=``: the first ``data.num_images`` bundled digits at
+    ``data.image_size`` (as before ``data=`` existed). With ``data=<configs/data option>`` (the training CLI's
+    group, built at ``data.image_size`` with the study's ``seed``): ``data.num_images`` images of its
+    ``data.split`` split (null = train), drawn by ``seed`` rather than the first ones (a class-sorted image folder
+    would give one class). Reads the files: a missing folder fails here, before any backbone is built."""
+    from ..utils.data_tensors import dataset_tensors, load_data_config, open_splits
+    from ..utils.digits import check_image_size
+
+    data = cfg.data
+    if "_target_" not in data:
+        if data.get("split") is not None:
+            raise ValueError(
+                f"data.split={data.split!r} picks a split of a data set, and the bundled digits (no data=) have none; "
+                "set data.split=null, or data=digits (the training CLI's digits module and its train/val/test splits)"
+            )
+        return digits_images(data.num_images, data.image_size, prefix="data.")  # cheap: 8x8 digits upsampled
+    size = check_image_size(data.image_size, "data.image_size")
+    split = data.get("split") or "train"
+    node = {k: v for k, v in OmegaConf.to_container(data).items() if k not in OWN_DATA_KEYS}
+    dm = load_data_config(node, seed, size, paths=OmegaConf.to_container(cfg.paths, resolve=True), key="data")
+    dataset = open_splits(dm, (split,), key=f"data (data.split={split})")[split]
+    return dataset_tensors(
+        dataset, data.num_images, seed=seed, key=f"data.num_images (images of the {split} split)", minimum=2
+    )[0]
+
+
 def run(cfg: DictConfig) -> str:
     """The probe study of a composed task_prior.yaml (or ``aggregate``); returns the Markdown table. Every check of
     the configuration and of the output directory comes before any backbone is built."""
@@ -48,7 +81,7 @@ def run(cfg: DictConfig) -> str:
     backbones = backbone_list(OmegaConf.to_container(cfg.backbones, resolve=True) if cfg.backbones else None)
     backbone_labels(backbones)  # duplicates refused before any work
     max_batch = check_int(cfg.max_batch, "max_batch", 1)
-    images = digits_images(cfg.data.num_images, cfg.data.image_size, prefix="data.")  # cheap: 8x8 digits upsampled
+    images = study_images(cfg, config.seed)
     out = check_writable_dir(cfg.paths.output_dir, OUTPUT_DIR_FIX)
     keep_freed_memory()  # reuse freed activation memory (docs/speed.md), as every CLI does
     report = compare_backbones(

@@ -71,6 +71,16 @@ def _data_node(data: str | Mapping[str, Any], key: str) -> Any:
     return OmegaConf.merge(_option_node(option, key), given)
 
 
+def _missing_message(data: Any, missing: list[str], key: str) -> str:
+    """What is unset and how to set it: ``{key}.<k>=...`` for a composed group node (``data=imagefolder``), else the
+    ``{option: ..., <k>: ...}`` mapping form (a name in a list such as ``downstream.sets``)."""
+    if isinstance(data, str) or "option" in data:
+        option = data if isinstance(data, str) else data["option"]
+        sets = ", ".join(f"{k}: <value>" for k in missing)
+        return f"data config {option!r} leaves {missing} unset; set them: {{option: {option}, {sets}}}"
+    return f"the data config leaves {missing} unset; set them: " + " ".join(f"{key}.{k}=<value>" for k in missing)
+
+
 def load_data_config(
     data: str | Mapping[str, Any],
     seed: int,
@@ -92,11 +102,7 @@ def load_data_config(
         node.data.image_size = image_size
     missing = sorted(k for k in node.data if OmegaConf.is_missing(node.data, k))
     if missing:
-        option = data if isinstance(data, str) else dict(data).get("option", "<a configs/data name>")
-        sets = ", ".join(f"{k}: <value>" for k in missing)
-        raise ValueError(
-            f"{key}: data config {option!r} leaves {missing} unset; set them: {key}={{option: {option}, {sets}}}"
-        )
+        raise ValueError(f"{key}: {_missing_message(data, missing, key)}")
     try:
         return instantiate(node.data, _convert_="all")
     except Exception as exc:  # an interpolation the CLI cannot resolve, a bad option of the data module
@@ -127,19 +133,19 @@ def open_splits(datamodule: Any, splits: Sequence[str], *, key: str = "data") ->
 
 
 def dataset_tensors(
-    dataset: Any, count: int | None = None, *, seed: int = 0, key: str = "max_items"
+    dataset: Any, count: int | None = None, *, seed: int = 0, key: str = "max_items", minimum: int = 0
 ) -> tuple[Tensor, Tensor]:
     """(images float (N, C, H, W), labels int64 (N,)) of a map-style dataset of ``(x, y, ...)`` items.
 
     ``count``: None = every item, in order; else exactly ``count`` items drawn uniformly without replacement by
     ``seed`` (a class-sorted image folder's first items would be one class), in the dataset's order. A ``count``
-    above the dataset's size is refused (ValueError naming ``key``), never silently clamped."""
+    outside [``minimum``, the dataset's size] is refused (ValueError naming ``key``), never silently clamped."""
     n = len(dataset)
     if count is None:
         index = range(n)
     else:
-        if isinstance(count, bool) or not isinstance(count, numbers.Integral) or not 0 <= count <= n:
-            raise ValueError(f"{key} must be an integer in [0, {n}] (the images of that split), got {count!r}")
+        if isinstance(count, bool) or not isinstance(count, numbers.Integral) or not minimum <= count <= n:
+            raise ValueError(f"{key} must be an integer in [{minimum}, {n}] (the images of that split), got {count!r}")
         perm = torch.randperm(n, generator=torch.Generator().manual_seed(int(seed)))[: int(count)]
         index = sorted(perm.tolist())
     xs, ys = [], []
