@@ -84,7 +84,7 @@ def alpha_req_shortfall(n: int, d: int, fit_range: tuple[int, int]) -> str | Non
     fix = " and ".join(fixes) + (f", or a shorter fit, {smaller}" if smaller else "")
     return (
         f"{_NAME}: α-ReQ needs {need} covariance eigenvalues (fit_range={tuple(fit_range)}) but {n} probe images of "
-        f"{d} features give min(n - 1, D) = {available}; val/…/alpha_req is not logged. Fix: {fix}"
+        f"{d} features give min(n - 1, D) = {available}, so alpha_req is not logged. Fix: {fix}"
     )
 
 
