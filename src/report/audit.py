@@ -354,10 +354,13 @@ def run_audit(
         values[label], seconds[label], cached[label] = {}, {}, {}
         for part, fn, settings in jobs:
             t0 = time.perf_counter()
-            hit = cache.get(part, fp, settings)
+            # "synbench@2048" / "baselines#1" are the synbench / baselines parts at other settings (n_train, seed):
+            # one cache entry per (weights, part, settings), so a budget equal to the main n_train reuses the main run
+            store = part.split("@")[0].split("#")[0]
+            hit = cache.get(store, fp, settings)
             if hit is None:
                 hit = {"value": fn(bb, label), "seconds": time.perf_counter() - t0}
-                cache.put(part, fp, settings, hit)
+                cache.put(store, fp, settings, hit)
                 cached[label][part] = False
             else:
                 cached[label][part] = True
