@@ -98,6 +98,27 @@ def score_rows(results: AuditResults) -> list[dict[str, Any]]:
     return rows
 
 
+def cost_note(results: AuditResults) -> str:
+    """One sentence comparing the cost of SynBench with the baselines' on the same proxy task, per synthetic sample
+    (SynBench draws len(s_values)·(n_train + n_test) samples, the baselines n_train + n_test at one s) — the quantity
+    behind the paper's "50× cheaper" (Appendix A.9); empty when either part is missing."""
+    cfg = results.config.synbench
+    ratios = []
+    for label in results.labels:
+        sec = results.seconds[label]
+        if "synbench" in sec and "baselines" in sec and sec["synbench"] > 0:
+            per_sb = sec["synbench"] / (len(cfg.s_values) * (cfg.n_train + cfg.n_test))
+            per_bl = sec["baselines"] / (cfg.n_train + cfg.n_test)
+            ratios.append(per_bl / per_sb)
+    if not ratios:
+        return ""
+    ratios.sort()
+    return (
+        f"Per synthetic sample, the baselines cost {ratios[0]:.1f}–{ratios[-1]:.1f}× what SynBench costs "
+        f"(median {ratios[len(ratios) // 2]:.1f}×; both include the backbone forwards)."
+    )
+
+
 def _is_number(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(float(v))
 
@@ -295,7 +316,8 @@ def audit_report(results: AuditResults, n_boot: int = 2000, level: float = 0.9) 
     md += ["\n## Rank agreement with the downstream accuracies\n", legend + "\n", markdown_table(matrix, matrix_cols)]
     if budget:
         md += ["\n## Consistency across synthetic budgets\n", markdown_table(budget, list(budget[0]))]
-    md += ["\n## Time per part (s)\n", markdown_table(rows, ["backbone", *times])]
+    cost = cost_note(results)
+    md += ["\n## Time per part (s)\n", (cost + "\n") if cost else "", markdown_table(rows, ["backbone", *times])]
     md_text = "\n".join(md)
 
     def figures() -> dict[str, Any]:
@@ -321,7 +343,8 @@ def audit_report(results: AuditResults, n_boot: int = 2000, level: float = 0.9) 
     ]
     if budget:
         sections.append(("Consistency across synthetic budgets", table_html(budget, list(budget[0]))))
-    sections.append(("Time per part (seconds)", table_html(rows, ["backbone", *times])))
+    cost_html = f'<p class="note">{cost}</p>' if cost else ""
+    sections.append(("Time per part (seconds)", cost_html + table_html(rows, ["backbone", *times])))
     figs = figures()
     captions = {
         "curves.png": "SynBench: expected scaled bound E(a_t) at ε = 0 per backbone, with the input-space reference",
