@@ -242,6 +242,8 @@ CLI_BLOCKS = [
             k: _item("src.divergence_radius.compare:DIGITS_SPLIT", k) for k in ("image_size", "n_train", "n_test")
         },
     ),
+    # the Task-Prior CLI's data: block (num_images, image_size of the bundled digits; split is the CLI's own)
+    CliBlock("task_prior.yaml", "data", "src.task_prior.report:digits_images"),
 ]
 
 

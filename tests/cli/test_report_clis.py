@@ -283,3 +283,123 @@ def test_correlations_with_too_few_backbones_are_shown_as_undefined(tmp_path):
     md = paths["md"].read_text()
     assert "nan" not in md.lower() and "n/a" in md
     assert all(v is None for v in json.loads(paths["json"].read_text())["correlations"].values())
+
+
+# --- data=: the training CLI's data group for src.divergence_radius and src.task_prior ------------------------------
+
+
+def test_divergence_radius_without_data_is_the_bundled_digits_split(tmp_path, monkeypatch) -> None:
+    """No data= (the default): compare_backbones gets the digits sizes and no images, exactly as before data=, and
+    the CLI's table equals the library call's under the same seed."""
+    import torch
+
+    from src.divergence_radius import compare
+
+    seen = []
+    real = compare.compare_backbones
+
+    def spy(*args, **kwargs):
+        seen.append({k: kwargs.get(k) for k in ("images", "train_images", "image_size", "n_train", "n_test")})
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(compare, "compare_backbones", spy)
+    cfg = compose_cfg("divergence_radius.yaml", ROBUSTNESS + ["n_train=30", "n_test=4"], tmp_path)
+    assert cfg.get("data") is None
+    torch.manual_seed(0)  # the random-weight backbone's initialisation
+    _run("divergence_radius")(cfg)
+    assert seen == [{"images": None, "train_images": None, "image_size": 16, "n_train": 30, "n_test": 4}]
+    torch.manual_seed(0)
+    direct = real(
+        [{"name": "timm:test_efficientnet", "pretrained": False}],
+        {"m": 1, "perturbations": ["brightness"], "chunk_size": 4, "mode": "equal", "seed": 0},
+        image_size=16, n_train=30, n_test=4,
+    )  # fmt: skip
+    assert (tmp_path / "divergence_radius.md").read_text() == direct.markdown
+
+
+def test_divergence_radius_data_group_trains_on_train_and_sweeps_test(tmp_path, monkeypatch) -> None:
+    """data=digits (the training CLI's digits module): n_train seeded images of its train split train the probe, n_test
+    of its held-out test split are swept."""
+    from src.divergence_radius import compare
+    from src.utils.data_tensors import dataset_tensors, load_data_config, open_splits
+
+    seen = {}
+    monkeypatch.setattr(compare, "compare_backbones", lambda *a, **kw: seen.update(kw) or _Written())
+    cfg = compose_cfg("divergence_radius.yaml", ROBUSTNESS + ["data=digits", "n_train=30", "n_test=4"], tmp_path)
+    _run("divergence_radius")(cfg)
+    splits = open_splits(load_data_config("digits", seed=0, image_size=16), ("train", "test"))
+    assert seen["image_size"] is None and seen["n_train"] is None and seen["n_test"] is None
+    for images, labels, split, n in (("train_images", "train_labels", "train", 30), ("images", "labels", "test", 4)):
+        x, y = dataset_tensors(splits[split], n, seed=0)
+        assert seen[images].shape == (n, 3, 16, 16) and torch_equal(seen[images], x) and torch_equal(seen[labels], y)
+
+
+class _Written:
+    """A stand-in Report (the data given to compare_backbones is what these tests look at)."""
+
+    markdown = ""
+
+    def write(self, out) -> None:
+        pass
+
+
+def torch_equal(a, b) -> bool:
+    import torch
+
+    return bool(torch.equal(a, b))
+
+
+@pytest.mark.parametrize(
+    "module,config,overrides",
+    [
+        ("divergence_radius", "divergence_radius.yaml", ROBUSTNESS),
+        ("task_prior", "task_prior.yaml", TASKPRIOR),
+    ],
+)
+def test_data_group_missing_files_fail_before_any_backbone(tmp_path, no_backbone, module, config, overrides) -> None:
+    cfg = compose_cfg(config, overrides + ["data=cifar10"], tmp_path)
+    with pytest.raises(
+        FileNotFoundError, match=r"cifar10 \(train split\) not found in .*data\. Fix: pass download=True"
+    ):
+        _run(module)(cfg)
+    cfg = compose_cfg(config, overrides + ["data=imagefolder"], tmp_path)
+    with pytest.raises(ValueError, match=r"leaves \['num_classes', 'root'\] unset; set them: data.num_classes=<value>"):
+        _run(module)(cfg)
+    cfg = compose_cfg(
+        config, overrides + ["data=imagefolder", f"data.root={tmp_path}/none", "data.num_classes=3"], tmp_path
+    )
+    with pytest.raises(FileNotFoundError, match=r"imagefolder: folder .*none does not exist\. Fix: pass root="):
+        _run(module)(cfg)
+
+
+def test_data_sizes_beyond_a_split_are_refused_not_clamped(tmp_path, no_backbone) -> None:
+    cfg = compose_cfg("divergence_radius.yaml", ROBUSTNESS + ["data=digits", "n_test=400"], tmp_path)
+    with pytest.raises(ValueError, match=r"n_test \(test-split images swept\) must be an integer in \[2, 359\]"):
+        _run("divergence_radius")(cfg)
+    cfg = compose_cfg("task_prior.yaml", TASKPRIOR + ["data=photos", "data.split=val", "data.num_images=65"], tmp_path)
+    with pytest.raises(
+        ValueError, match=r"data.num_images \(images of the val split\) must be an integer in \[2, 64\]"
+    ):
+        _run("task_prior")(cfg)
+
+
+def test_task_prior_data_split_needs_a_data_set(tmp_path, no_backbone) -> None:
+    cfg = compose_cfg("task_prior.yaml", TASKPRIOR + ["data.split=test"], tmp_path)
+    with pytest.raises(ValueError, match=r"data.split='test' picks a split of a data set, and the bundled digits"):
+        _run("task_prior")(cfg)
+
+
+def test_task_prior_data_group_uses_the_chosen_split(tmp_path, monkeypatch) -> None:
+    """Without data=: the first data.num_images bundled digits (as before); data=digits data.split=test: seeded
+    draws from the digits module's held-out test split at data.image_size."""
+    import src.task_prior.__main__ as cli
+    from src.task_prior.report import digits_images
+    from src.utils.data_tensors import dataset_tensors, load_data_config, open_splits
+
+    seen = []
+    monkeypatch.setattr(cli, "compare_backbones", lambda b, c, images, **kw: seen.append(images) or _Written())
+    cli.run(compose_cfg("task_prior.yaml", TASKPRIOR, tmp_path))
+    assert torch_equal(seen[-1], digits_images(40, 16))
+    cli.run(compose_cfg("task_prior.yaml", TASKPRIOR + ["data=digits", "data.split=test"], tmp_path))
+    test = open_splits(load_data_config("digits", seed=0, image_size=16), ("test",))["test"]
+    assert seen[-1].shape == (40, 3, 16, 16) and torch_equal(seen[-1], dataset_tensors(test, 40, seed=0)[0])
