@@ -1,6 +1,6 @@
 """Every shell command in README.md and docs/*.md is taken from the text and checked as written.
 
-* ``python -m src.<cli> ...`` (train, eval, synbench, robustness, task_prior): the config composes with exactly those
+* ``python -m src.<cli> ...`` (train, eval, synbench, divergence_radius, task_prior, report): the config composes with exactly those
   overrides, for every job of a multirun (``-m a=1,2 b=x,y`` -> each combination). A mistyped key or group fails here.
 * Commands with ``debug=fast`` or a comment starting with "seconds" run for real, in the order of their document, from the repository root
   with ``REPBENCH_ROOT`` pointing at a temporary folder (the documented way to move ``logs/``); ``<run>`` in a later
@@ -32,6 +32,7 @@ CLI_CONFIGS = {
     "src.synbench": "synbench.yaml",
     "src.divergence_radius": "divergence_radius.yaml",
     "src.task_prior": "task_prior.yaml",
+    "src.report": "report.yaml",
 }
 PLACEHOLDER = re.compile(r"logs/(\w+)/(runs|multiruns)/<run>")
 _BLOCK = re.compile(r"```(?:bash|sh|shell)\n(.*?)```", re.S)
