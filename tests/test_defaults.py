@@ -101,6 +101,12 @@ CASES = [
         "src.callbacks:TaskPriorCallback", "callbacks/task_prior.yaml", "callbacks.task_prior", ["callbacks=task_prior"]
     ),
     Case(
+        "src.callbacks:RepresentationSpectrumCallback",
+        "callbacks/spectrum.yaml",
+        "callbacks.spectrum",
+        ["callbacks=[default,spectrum]"],
+    ),
+    Case(
         "src.callbacks:ExceptionCheckpoint",
         "callbacks/default.yaml",
         "callbacks.exception_checkpoint",

@@ -20,6 +20,7 @@ direction (``higher_is_better = None``).
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import torch
 from torch import Tensor
@@ -77,11 +78,19 @@ def rankme_from_gram(gram: Tensor, n: int, eps: float = 1e-7) -> float:
     return _entropy_rank(lam.sqrt(), eps)
 
 
-def _fit_range(fit_range: tuple[int, int], available: int) -> tuple[int, int]:
+def check_fit_range(fit_range: object, available: int | None = None) -> tuple[int, int]:
+    """``fit_range`` as (first, last) 1-based ranks with 1 <= first < last — the α-ReQ power-law fit — and, when
+    ``available`` is given, last <= available eigenvalues; a TypeError / ValueError naming ``fit_range`` and the fix
+    otherwise. The one validator of the fit range (functional, metric and callback)."""
+    if isinstance(fit_range, (str, bytes)) or not isinstance(fit_range, Sequence) or len(fit_range) != 2:
+        raise TypeError(
+            f"fit_range must be (first, last) ranks of the α-ReQ power-law fit, e.g. fit_range=(11, 100) (the "
+            f"authors'), got {fit_range!r}"
+        )
     lo, hi = (check_count(v, "fit_range", 1) for v in fit_range)
     if hi <= lo:
         raise ValueError(f"fit_range={tuple(fit_range)} must be (first, last) ranks with first < last, 1-based")
-    if hi > available:
+    if available is not None and hi > available:
         raise ValueError(
             f"alpha_req: fit_range={tuple(fit_range)} needs {hi} covariance eigenvalues but the features give "
             f"{available} (min(n - 1, D)); pass a smaller fit_range, e.g. fit_range=(2, {max(available, 3)})"
@@ -93,7 +102,7 @@ def power_law_exponent(eigenvalues: Tensor, fit_range: tuple[int, int] = DEFAULT
     """α of λ_i ∝ i^(−α): weighted least squares of log λ_i = c − α log i over ranks ``fit_range`` (1-based,
     inclusive) with weights 1/i. ``eigenvalues`` are sorted descending here."""
     lam = eigenvalues.to(F64).sort(descending=True).values
-    lo, hi = _fit_range(fit_range, lam.numel())
+    lo, hi = check_fit_range(fit_range, lam.numel())
     top = float(lam[0])
     part = lam[lo - 1 : hi]
     if top <= 0 or bool((part <= _ZERO_RTOL * top).any()):

@@ -29,7 +29,6 @@ Defined values instead of errors, so a monitor never stops a run for what it is 
 
 from __future__ import annotations
 
-import sys
 import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -39,7 +38,7 @@ import torch
 from torch import Tensor
 
 from ..baselines._checks import check_real
-from ..baselines.spectral import DEFAULT_FIT_RANGE, _fit_range
+from ..baselines.spectral import DEFAULT_FIT_RANGE, check_fit_range
 from ..features import FeatureExtractor
 from ..metrics.baselines import AlphaReQ, RankMe
 from ..utils.digits import check_image_size
@@ -48,7 +47,7 @@ from ..utils.modes import eval_mode
 from ..utils.probe_images import Denormalize, as_denormalize, check_image_source, check_num_images, probe_images
 from ._monitor import BackboneMonitor, first_val_images, rank_and_world
 
-__all__ = ["RepresentationCollapseWarning", "RepresentationSpectrumCallback", "check_fit_range"]
+__all__ = ["RepresentationCollapseWarning", "RepresentationSpectrumCallback"]
 
 _NAME = "RepresentationSpectrumCallback"
 
@@ -56,17 +55,6 @@ _NAME = "RepresentationSpectrumCallback"
 class RepresentationCollapseWarning(UserWarning):
     """RankMe fell below the callback's ``collapse_threshold`` (``warnings.simplefilter("error", ...)`` stops a run
     on it)."""
-
-
-def check_fit_range(fit_range: Any) -> tuple[int, int]:
-    """``fit_range`` as (first, last) 1-based ranks with 1 <= first < last (the α-ReQ fit), else a TypeError /
-    ValueError naming ``fit_range=`` and the fix."""
-    if isinstance(fit_range, (str, bytes)) or not isinstance(fit_range, Sequence) or len(fit_range) != 2:
-        raise TypeError(
-            f"{_NAME}: fit_range must be (first, last) ranks of the α-ReQ power-law fit, e.g. fit_range=(11, 100) "
-            f"(the authors'), got {fit_range!r}"
-        )
-    return _fit_range(tuple(fit_range), available=sys.maxsize)  # the available count is checked per computation
 
 
 def alpha_req_shortfall(n: int, d: int, fit_range: tuple[int, int]) -> str | None:
