@@ -189,11 +189,11 @@ class TaskPriorCallback(BackboneMonitor):
             ext = FeatureExtractor(progress.counted(fn), device=pl_module.device, max_batch=self.max_batch)
             z = ext(self._images[idx]).to(torch.float64) if len(idx) else None
         progress.done()
-        if z is not None and not torch.isfinite(z).all():
+        eval_dim, bad = self._agree(z)  # one collective before any rank may raise: no rank is left waiting
+        if bad:
             raise FloatingPointError(
-                f"epoch {trainer.current_epoch}: the backbone produced NaN/inf features on the Task-Prior images"
+                f"epoch {trainer.current_epoch}: the backbone produced NaN/inf features for {bad} Task-Prior images"
             )
-        eval_dim = self._eval_dim(z, trainer)
         prior = self._prior_share
         metric = TaskPriorMoments(
             self._images.shape[0], eval_dim, prior.shape[1], block_size=self.block_size, convention=self.settings
@@ -205,9 +205,11 @@ class TaskPriorCallback(BackboneMonitor):
         return out
 
     @staticmethod
-    def _eval_dim(z: Tensor | None, trainer: L.Trainer) -> int:
-        """The evaluated feature width, agreed by every rank (a max all-reduce through the sum seam: ranks with no
-        image contribute 0 and the others the same D)."""
+    def _agree(z: Tensor | None) -> tuple[int, int]:
+        """(the evaluated feature width, the number of images with NaN/inf features), agreed by every rank in one sum
+        all-reduce: ranks with no image contribute width 0 and the others the same D; a rank whose share has bad
+        features must not raise before the collective, or the other ranks would wait in it forever."""
         d = 0 if z is None else int(z.shape[1])
-        counts = all_reduce_sum(torch.tensor([float(d), 1.0 if d else 0.0], dtype=torch.float64))
-        return int(round(float(counts[0]) / max(1.0, float(counts[1]))))
+        bad = 0 if z is None else int((~torch.isfinite(z)).any(1).sum())
+        counts = all_reduce_sum(torch.tensor([float(d), 1.0 if d else 0.0, float(bad)], dtype=torch.float64))
+        return int(round(float(counts[0]) / max(1.0, float(counts[1])))), int(counts[2])

@@ -122,3 +122,34 @@ def test_digits_images_beyond_the_bundled_set_are_refused() -> None:
     cb = TaskPriorCallback(num_images=6, **opts)
     cb._prepare(SimpleNamespace(global_rank=0, world_size=1, datamodule=None), TinyModule())
     assert cb._images.shape == (6, 3, 8, 8)
+
+
+def _nan_on_rank_one(rank: int, world_size: int) -> str:
+    """TaskPriorCallback.compute in a 2-process group where only rank 1's features are NaN."""
+    images = torch.rand(8, 3, 8, 8, generator=torch.Generator().manual_seed(0))
+
+    def features(module, x):
+        z = x.flatten(1)[:, :6].double()
+        return z * float("nan") if torch.distributed.get_rank() == 1 else z
+
+    cb = TaskPriorCallback(
+        images=images, num_images=8, prior_features=torch.randn(8, 4, dtype=torch.float64), feature_fn=features,
+        progress=False,
+    )  # fmt: skip
+    trainer = SimpleNamespace(global_rank=rank, world_size=world_size, datamodule=None, current_epoch=3)
+    try:
+        module = SimpleNamespace(device=torch.device("cpu"), backbone=nn.Linear(1, 1))
+        cb.compute(trainer, module)
+    except FloatingPointError as err:
+        return str(err)
+    return "no error"
+
+
+@pytest.mark.slow
+def test_nan_features_on_one_rank_fail_every_rank_without_a_hang() -> None:
+    """Bad features on one rank only: the count travels in the width all-reduce, so both ranks raise together
+    (before the fix rank 1 raised before the collective and rank 0 waited in it until the timeout)."""
+    from tests._multiprocess import run_in_processes
+
+    for res in run_in_processes(_nan_on_rank_one, 2, timeout=120):
+        assert "NaN/inf features for 4 Task-Prior images" in res and "epoch 3" in res
