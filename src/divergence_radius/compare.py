@@ -239,7 +239,9 @@ def compare_backbones(
     results: dict[str, RobustnessReport] = {}
     for label, spec in zip(plan.labels, plan.specs):
         t0 = time.perf_counter()
-        bb = build_backbone(spec).eval().to(device)
+        with torch.random.fork_rng(devices=[]):  # random-weight backbones: the same weights in every run of a config
+            torch.manual_seed(cfg.seed)
+            bb = build_backbone(spec).eval().to(device)
         head = None
         if classifier == "zero_shot":
             head = zero_shot_for(bb.name, names, pretrained=_pretrained(spec, bb), templates=list(templates))

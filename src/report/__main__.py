@@ -55,18 +55,23 @@ def audit_config(cfg: DictConfig) -> Any:
 
 
 def downstream_sets(
-    names: list[Any], image_size: int, seed: int, paths: dict[str, Any] | None = None
+    names: list[Any], image_size: int, seed: int, paths: dict[str, Any] | None = None, max_items: int | None = None
 ) -> dict[str, Any]:
     """{name: ((train x, y), (test x, y))} from the training CLI's ``configs/data`` options (their training and
-    held-out test splits, every image; :mod:`src.utils.data_tensors`): a name or ``{option: <name>, **overrides}``
-    (a mapping is labelled by its ``option``). A missing data set fails here, naming the files it needs."""
-    from ..utils.data_tensors import load_data_config, split_tensors
+    held-out test splits; :mod:`src.utils.data_tensors`): a name or ``{option: <name>, **overrides}`` (a mapping is
+    labelled by its ``option``). ``max_items``: at most this many seeded images per split (the probes hold every image
+    in memory: CIFAR-10 at 224 px is 30 GB); None = all. A missing data set fails here, naming the files it needs."""
+    from ..utils.data_tensors import load_data_config, open_splits, split_tensors
 
+    if max_items is not None and (isinstance(max_items, bool) or not isinstance(max_items, int) or max_items < 2):
+        raise ValueError(f"downstream.max_items must be null or an integer >= 2, got {max_items!r}")
     out = {}
     for entry in names:
         name = entry if isinstance(entry, str) else str(dict(entry).get("option", entry))
         dm = load_data_config(entry, seed, image_size, paths=paths, key="downstream.sets")
-        sets = split_tensors(dm, ("train", "test"), key=f"downstream.sets {name!r}")
+        sizes = {k: len(ds) for k, ds in open_splits(dm, ("train", "test"), key=f"downstream.sets {name!r}").items()}
+        caps = {k: None if max_items is None or max_items >= n else max_items for k, n in sizes.items()}
+        sets = split_tensors(dm, ("train", "test"), caps, seed=seed, key=f"downstream.sets {name!r}")
         out[name] = (sets["train"], sets["test"])
     return out
 
@@ -89,7 +94,9 @@ def run(cfg: DictConfig) -> str:
     sets = None
     if "downstream" in config.parts:
         paths = OmegaConf.to_container(cfg.paths, resolve=True)
-        sets = downstream_sets(OmegaConf.to_container(down.sets), int(down.image_size), int(cfg.seed), paths)
+        sets = downstream_sets(
+            OmegaConf.to_container(down.sets), int(down.image_size), int(cfg.seed), paths, down.get("max_items")
+        )
     results = run_audit(backbones, config, downstream=sets, cache_dir=cfg.cache_dir, device=cfg.device,
                         progress=bool(cfg.progress))  # fmt: skip
     md = write_audit(results, out, int(cfg.agreement.n_boot), float(cfg.agreement.level))["md"].read_text()

@@ -377,13 +377,7 @@ def run_audit(
 def default_digits(image_size: int = 64, seed: int = 0) -> tuple[tuple[Tensor, Tensor], tuple[Tensor, Tensor]]:
     """The training CLI's digits: ((train x, y), (test x, y)) of the stratified 60/20/20 split at ``image_size``."""
     from ..data.digits import DigitsDataModule
+    from ..utils.data_tensors import split_tensors
 
-    dm = DigitsDataModule(image_size=image_size, seed=seed)
-    dm.setup("fit")
-    dm.setup("test")
-
-    def tensors(ds: Any) -> tuple[Tensor, Tensor]:
-        items = [ds[i] for i in range(len(ds))]
-        return torch.stack([torch.as_tensor(it[0]) for it in items]).float(), torch.tensor([int(it[1]) for it in items])
-
-    return tensors(dm.train_dataset), tensors(dm.test_dataset)
+    sets = split_tensors(DigitsDataModule(image_size=image_size, seed=seed), ("train", "test"), key="digits")
+    return sets["train"], sets["test"]

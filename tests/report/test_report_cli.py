@@ -93,3 +93,15 @@ def test_bad_settings_fail_before_any_work(tmp_path) -> None:
         cfg = compose_cfg("report.yaml", [f"backbones=[{NETS[0]}]", *TINY, override], tmp_path)
         with pytest.raises(ValueError, match=match):
             run(cfg)
+
+
+def test_downstream_max_items_caps_each_split_and_is_checked() -> None:
+    from src.report.__main__ import downstream_sets
+
+    sets = downstream_sets(["digits"], 16, 0, None, max_items=50)
+    (x_tr, y_tr), (x_te, y_te) = sets["digits"]
+    assert x_tr.shape == (50, 3, 16, 16) and y_te.shape == (50,)
+    full = downstream_sets(["digits"], 16, 0, None, max_items=100_000)  # a cap above a split's size: every image
+    assert full["digits"][0][0].shape[0] == 1078 and full["digits"][1][0].shape[0] == 359
+    with pytest.raises(ValueError, match=r"downstream.max_items must be null or an integer >= 2"):
+        downstream_sets(["digits"], 16, 0, None, max_items=1)

@@ -127,5 +127,5 @@ def test_cli_block_holds_exactly_the_config_fields_at_their_defaults() -> None:
         else:
             assert value == default, (name, value, default)
     assert TaskPriorConfig(**block).settings == TaskPriorConfig().settings
-    assert yaml["data"] == {"num_images": DEFAULT_NUM_IMAGES, "image_size": DEFAULT_IMAGE_SIZE}
+    assert yaml["data"] == {"num_images": DEFAULT_NUM_IMAGES, "image_size": DEFAULT_IMAGE_SIZE, "split": None}
     assert "probe" not in yaml and "seed" not in yaml and "prior_backbone" not in yaml  # all in task_prior:
