@@ -302,34 +302,22 @@ def run_audit(
         "tp_images": tensor_fingerprint(tp_images) if tp_images is not None else None,
     }
     jobs: list[tuple[str, Callable[[Backbone, str], dict[str, Any]], dict[str, Any]]] = []
-    if "synbench" in parts:
-        jobs.append(("synbench", lambda bb, lab: part_synbench(bb, cfg.synbench, cfg.input_size, device),
-                     {"synbench": _config_settings(cfg.synbench), "input_size": cfg.input_size}))  # fmt: skip
-    if "baselines" in parts:
-        jobs.append(("baselines", lambda bb, lab: part_baselines(bb, cfg.synbench, cfg.baseline_s, cfg.baselines,
-                     cfg.baseline_eps, cfg.input_size, device),
-                     {"synbench": _config_settings(cfg.synbench), "s": cfg.baseline_s, "which": list(cfg.baselines),
-                      "eps": list(cfg.baseline_eps), "input_size": cfg.input_size}))  # fmt: skip
+
+    def synthetic_jobs(suffix: str, sb: SynBenchConfig) -> None:
+        """The synbench and baselines parts at SynBench settings ``sb`` (main run, a seed or a budget)."""
+        settings = {"synbench": _config_settings(sb), "input_size": cfg.input_size}
+        if "synbench" in parts:
+            jobs.append((f"synbench{suffix}", lambda bb, lab: part_synbench(bb, sb, cfg.input_size, device), settings))
+        if "baselines" in parts:
+            extra = {"s": cfg.baseline_s, "which": list(cfg.baselines), "eps": list(cfg.baseline_eps)}
+            jobs.append((f"baselines{suffix}", lambda bb, lab: part_baselines(bb, sb, cfg.baseline_s, cfg.baselines,
+                         cfg.baseline_eps, cfg.input_size, device), {**settings, **extra}))  # fmt: skip
+
+    synthetic_jobs("", cfg.synbench)
     for k in cfg.seeds:
-        sb = dataclasses.replace(cfg.synbench, seed=k)
-        if "synbench" in parts:
-            jobs.append((f"synbench#{k}", lambda bb, lab, sb=sb: part_synbench(bb, sb, cfg.input_size, device),
-                         {"synbench": _config_settings(sb), "input_size": cfg.input_size}))  # fmt: skip
-        if "baselines" in parts:
-            jobs.append((f"baselines#{k}", lambda bb, lab, sb=sb: part_baselines(bb, sb, cfg.baseline_s, cfg.baselines,
-                         cfg.baseline_eps, cfg.input_size, device),
-                         {"synbench": _config_settings(sb), "s": cfg.baseline_s, "which": list(cfg.baselines),
-                          "eps": list(cfg.baseline_eps), "input_size": cfg.input_size}))  # fmt: skip
+        synthetic_jobs(f"#{k}", dataclasses.replace(cfg.synbench, seed=k))
     for n in cfg.budgets:
-        sb = dataclasses.replace(cfg.synbench, n_train=n)
-        if "synbench" in parts:
-            jobs.append((f"synbench@{n}", lambda bb, lab, sb=sb: part_synbench(bb, sb, cfg.input_size, device),
-                         {"synbench": _config_settings(sb), "input_size": cfg.input_size}))  # fmt: skip
-        if "baselines" in parts:
-            jobs.append((f"baselines@{n}", lambda bb, lab, sb=sb: part_baselines(bb, sb, cfg.baseline_s, cfg.baselines,
-                         cfg.baseline_eps, cfg.input_size, device),
-                         {"synbench": _config_settings(sb), "s": cfg.baseline_s, "which": list(cfg.baselines),
-                          "eps": list(cfg.baseline_eps), "input_size": cfg.input_size}))  # fmt: skip
+        synthetic_jobs(f"@{n}", dataclasses.replace(cfg.synbench, n_train=n))
     if "divergence_radius" in parts:
         jobs.append(("divergence_radius", lambda bb, lab: part_divergence_radius(bb, cfg.divergence_radius,
                      dr_images, device), {"config": cfg.divergence_radius.to_dict(), "images": data_fp["dr_images"]}))  # fmt: skip
