@@ -34,7 +34,7 @@ from torch.utils.data import DataLoader, Dataset, Subset
 from ..backbones import Backbone
 from ..features import FeatureExtractor
 from ..metrics.task_prior import TaskAccuracies
-from ..task_prior import TaskPriorConfig, sample_task_labels, task_prior_moments
+from ..task_prior import TaskPriorConfig, task_prior_moments
 from ..task_prior.probing import (
     BatchedLinearHead,
     Standardizer,
@@ -200,13 +200,7 @@ class TaskPriorProbe(RepBenchModule):
         eval_all, prior_all = torch.cat([train_eval, val_eval]), torch.cat([train_prior, val_prior])
         if eval_all.shape[0] != prior_all.shape[0]:
             raise ValueError(f"{eval_all.shape[0]} evaluated but {prior_all.shape[0]} prior feature rows")
-        labels = sample_task_labels(
-            prior_all,
-            cfg.task_classes,
-            num_tasks=cfg.num_tasks,
-            generator=torch.Generator().manual_seed(cfg.seed),
-            convention=conv,
-        )
+        labels = cfg.sample_labels(prior_all)
         shard, reduce = process_seams()
         mean, var = task_prior_moments(
             eval_all,

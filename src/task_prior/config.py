@@ -98,6 +98,22 @@ class TaskPriorConfig:
         """The resolved settings: ``convention``'s preset with every explicit (not None) override."""
         return resolve_convention(self.convention, **{k: getattr(self, k) for k in CONVENTION_OPTIONS})
 
+    def sample_labels(self, prior_features: Any) -> Any:
+        """The ``num_tasks`` sampled labelings (num_tasks, n) of the study from the prior's features — Algorithm 1 with
+        this config's settings and a generator seeded by ``seed``: the one seed rule of the tasks, shared by
+        :func:`~src.task_prior.report.compare_features` and :class:`~src.models.TaskPriorProbe`."""
+        import torch
+
+        from .sampler import sample_task_labels
+
+        return sample_task_labels(
+            prior_features,
+            self.task_classes,
+            num_tasks=self.num_tasks,
+            generator=torch.Generator().manual_seed(self.seed),
+            convention=self.settings,
+        )
+
     def to_dict(self) -> dict[str, Any]:
         """The fields as plain JSON-ready values (tuples as lists, a Backbone as its name)."""
         from ..backbones.spec import backbone_spec

@@ -36,7 +36,6 @@ from . import matrix as prior_matrices
 from .config import TaskPriorConfig, task_prior_config
 from .moments import task_prior_moments
 from .probing import accuracy_summary, evaluate_task_probes, random_split
-from .sampler import sample_task_labels
 from .validation import check_int, check_tensor
 
 __all__ = [
@@ -112,13 +111,7 @@ def compare_features(
     features are given)."""
     cfg = task_prior_config(config, **options)
     conv = cfg.settings
-    labels = sample_task_labels(
-        prior_features,
-        cfg.task_classes,
-        num_tasks=cfg.num_tasks,
-        generator=torch.Generator().manual_seed(cfg.seed),
-        convention=conv,
-    )
+    labels = cfg.sample_labels(prior_features)
     train_idx, test_idx = random_split(prior_features.shape[0], cfg.test_fraction, seed=cfg.seed)
     rows = []
     for name, feats in features.items():
