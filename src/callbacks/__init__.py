@@ -1,6 +1,13 @@
 """Lightning callbacks that monitor a backbone during anyone's training."""
 
-from .checkpointing import ExceptionCheckpoint
+from .checkpointing import (
+    ExceptionCheckpoint,
+    ScoreCheckpoint,
+    ScoreEarlyStopping,
+    SelectionCriterion,
+    metric_direction,
+    metric_producer,
+)
 from .divergence_radius_callback import DivergenceRadiusCallback
 from .spectrum_callback import RepresentationCollapseWarning, RepresentationSpectrumCallback
 from .synbench_callback import SynBenchCallback
@@ -11,6 +18,11 @@ __all__ = [
     "ExceptionCheckpoint",
     "RepresentationCollapseWarning",
     "RepresentationSpectrumCallback",
+    "ScoreCheckpoint",
+    "ScoreEarlyStopping",
+    "SelectionCriterion",
     "SynBenchCallback",
     "TaskPriorCallback",
+    "metric_direction",
+    "metric_producer",
 ]

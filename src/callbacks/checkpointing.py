@@ -1,4 +1,7 @@
-"""``ExceptionCheckpoint``: keep the training state when a fit dies (exception, SIGTERM, Ctrl-C), and only then.
+"""Checkpoints: ``ExceptionCheckpoint`` keeps the state of a dying fit; ``ScoreCheckpoint`` / ``ScoreEarlyStopping``
+select the model on a RepBench score or a combined criterion, the direction from the metrics (model selection).
+
+``ExceptionCheckpoint``: keep the training state when a fit dies (exception, SIGTERM, Ctrl-C), and only then.
 
 Lightning's ``OnExceptionCheckpoint`` saves on *every* exception -- also when a resume fails before anything was
 trained, writing a checkpoint of the untrained model that looks like a real one -- and deletes its file in
@@ -10,13 +13,26 @@ exit status and print how to resume.
 from __future__ import annotations
 
 import logging
+import math
 import os
+from collections.abc import Mapping
+from typing import Any
 
 import lightning as L
-from lightning.pytorch.callbacks import Checkpoint
+from lightning.pytorch.callbacks import Checkpoint, EarlyStopping, ModelCheckpoint
 from lightning.pytorch.trainer.states import TrainerFn
+from torchmetrics.classification import MulticlassAccuracy
 
-__all__ = ["ExceptionCheckpoint"]
+from ..metrics import AlphaReQ, CosineRobustness, DivergenceRadius, RankMe, SynBenchScore, TaskPriorMoments
+
+__all__ = [
+    "ExceptionCheckpoint",
+    "ScoreCheckpoint",
+    "ScoreEarlyStopping",
+    "SelectionCriterion",
+    "metric_direction",
+    "metric_producer",
+]
 
 log = logging.getLogger("repbench")
 
@@ -77,3 +93,198 @@ class ExceptionCheckpoint(Checkpoint):
             progress = checkpoint["loops"]["fit_loop"]["epoch_loop.batch_progress"]
             progress["current"] = dict.fromkeys(progress["current"], 0)
             progress["is_last_batch"] = False
+
+
+# ---------------------------------------------------------------------------------------------------- model selection
+#: The metric behind each value the monitors log, by the last two segments of the logged name (the prefix is the
+#: user's: ``val/synbench/score`` and ``probe/synbench/score`` are both SynBench-Scores). ``*`` = any last segment.
+_PRODUCERS: dict[tuple[str, str], type] = {
+    ("synbench", "score"): SynBenchScore,
+    ("synbench", "score_eps_*"): SynBenchScore,
+    ("divergence_radius", "*"): DivergenceRadius,
+    ("cosine_robustness", "*"): CosineRobustness,
+    ("spectrum", "rankme"): RankMe,
+    ("spectrum", "alpha_req"): AlphaReQ,
+    ("task_prior", "*"): TaskPriorMoments,
+    ("*", "acc"): MulticlassAccuracy,  # the models' {stage}/acc
+}
+
+_MODES = {True: "max", False: "min"}
+
+
+def metric_producer(name: str) -> type | None:
+    """The torchmetric class whose value is logged under ``name`` (matched on its last two segments, any prefix:
+    ``val/synbench/score`` -> :class:`~src.metrics.SynBenchScore`), or None for a name no RepBench metric logs."""
+    parts = str(name).split("/")
+    group, key = (parts[-2] if len(parts) > 1 else ""), parts[-1]
+    for (g, k), cls in _PRODUCERS.items():
+        if g in ("*", group) and (k == key or (k.endswith("*") and key.startswith(k[:-1]))):
+            return cls
+    return None
+
+
+def metric_direction(name: str, directions: Mapping[str, str] | None = None) -> str:
+    """``"max"`` or ``"min"`` for the logged metric ``name``: its producer's ``higher_is_better``
+    (:func:`metric_producer`). ``directions`` ({name: "max" | "min"}) gives it for a name without one (e.g.
+    ``val/loss``, ``val/utility``, ``val/task_prior/z``) and may not contradict a metric's own. Raises a
+    ValueError naming the fix when the direction is unknown."""
+    given = (directions or {}).get(name)
+    if given is not None and given not in ("max", "min"):
+        raise ValueError(f"directions[{name!r}] must be 'max' or 'min', got {given!r}")
+    producer = metric_producer(name)
+    own = _MODES.get(getattr(producer, "higher_is_better", None)) if producer is not None else None
+    if own is not None and given is not None and given != own:
+        raise ValueError(
+            f"directions[{name!r}]={given!r} contradicts {producer.__name__}.higher_is_better="
+            f"{producer.higher_is_better} (so {own!r}); drop the entry: the direction comes from the metric"
+        )
+    if own is None and given is None:
+        why = f"{producer.__name__} has no monotone direction" if producer is not None else "no RepBench metric logs it"
+        raise ValueError(
+            f"the direction of {name!r} is unknown ({why}); give it, e.g. directions={{{name!r}: 'max'}} "
+            "(YAML: `directions: {<name>: max}`) or mode='max' for a single monitor"
+        )
+    return own or given
+
+
+class SelectionCriterion:
+    """What model selection maximises or minimises: one logged metric, or a weighted combination.
+
+    ``monitor``: a logged name (``"val/synbench/score"``; its direction from the metric's ``higher_is_better``),
+    or ``{name: weight}`` with weights > 0: the combined value Σ weight · sign · value is maximised, sign = +1 for
+    a higher-is-better metric and −1 for a lower-is-better one (so ``{"val/synbench/score": 1,
+    "val/divergence_radius/mean": 1}`` is SynBench-Score − R_dr). The combined value is logged as ``name``.
+    ``directions``: {name: "max" | "min"} for names without a metric direction (see :func:`metric_direction`).
+    """
+
+    def __init__(
+        self,
+        monitor: str | Mapping[str, float],
+        name: str = "val/selection/score",
+        directions: Mapping[str, str] | None = None,
+    ) -> None:
+        if isinstance(monitor, str):
+            if not monitor:
+                raise ValueError("monitor must name a logged metric, e.g. monitor: val/synbench/score")
+            self.terms: dict[str, float] = {monitor: 1.0}
+            self.name, self.mode = monitor, metric_direction(monitor, directions)
+            self.signs = {monitor: 1.0}
+            return
+        if not isinstance(monitor, Mapping) or not monitor:
+            raise TypeError(
+                "monitor must be a logged name or a non-empty {name: weight} mapping, e.g. "
+                f"{{'val/synbench/score': 1.0, 'val/divergence_radius/mean': 1.0}}; got {monitor!r}"
+            )
+        for key, w in monitor.items():
+            if isinstance(w, bool) or not isinstance(w, (int, float)) or not math.isfinite(w) or w <= 0:
+                raise ValueError(
+                    f"monitor[{key!r}] = {w!r}: weights must be finite numbers > 0 (the direction comes from the "
+                    "metric, not the weight's sign)"
+                )
+        if not isinstance(name, str) or not name or name in monitor:
+            raise ValueError(
+                f"name must be a new logged name for the combined value, e.g. val/selection/score, got {name!r}"
+            )
+        self.terms = {str(k): float(w) for k, w in monitor.items()}
+        self.signs = {k: 1.0 if metric_direction(k, directions) == "max" else -1.0 for k in self.terms}
+        self.name, self.mode = name, "max"
+
+    @property
+    def combined(self) -> bool:
+        """True for a weighted combination (logged under :attr:`name`), False for one metric."""
+        return self.name not in self.terms
+
+    def value(self, metrics: Mapping[str, Any]) -> float | None:
+        """The criterion's value from ``metrics`` (e.g. ``trainer.callback_metrics``), or None while a term is
+        missing (a monitor not computed yet)."""
+        if any(k not in metrics for k in self.terms):
+            return None
+        return sum(w * self.signs[k] * float(metrics[k]) for k, w in self.terms.items())
+
+    def publish(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        """Log the combined value (a no-op for one metric, or while a term is missing) so that checkpointing and
+        early stopping find it in ``trainer.callback_metrics``."""
+        if not self.combined:
+            return
+        value = self.value(trainer.callback_metrics)
+        if value is not None:
+            pl_module.log(self.name, value, on_step=False, on_epoch=True, sync_dist=False)
+
+    def describe(self) -> str:
+        """``max val/synbench/score`` or ``max val/selection/score = 1*val/synbench/score - 1*val/...``."""
+        if not self.combined:
+            return f"{self.mode} {self.name}"
+        parts = [f"{'+' if self.signs[k] > 0 else '-'} {w:g}*{k}" for k, w in self.terms.items()]
+        return f"max {self.name} = " + " ".join(parts).lstrip("+ ")
+
+
+class ScoreCheckpoint(ModelCheckpoint):
+    """``ModelCheckpoint`` on a RepBench score or a combined criterion (:class:`SelectionCriterion`), its ``mode``
+    taken from the metrics' ``higher_is_better`` (``mode="auto"``; an explicit mode must agree, or give the
+    direction of a name without one). Saves at the end of the training epoch by default: the monitors log there,
+    after validation, so a check at validation end would read the previous epoch's score. Other arguments:
+    :class:`lightning.pytorch.callbacks.ModelCheckpoint`'s."""
+
+    def __init__(
+        self,
+        monitor: str | Mapping[str, float],
+        mode: str = "auto",
+        name: str = "val/selection/score",
+        directions: Mapping[str, str] | None = None,
+        save_on_train_epoch_end: bool | None = True,
+        **kwargs: Any,
+    ) -> None:
+        self.criterion = _criterion(monitor, mode, name, directions, type(self).__name__)
+        super().__init__(
+            monitor=self.criterion.name, mode=self.criterion.mode, save_on_train_epoch_end=save_on_train_epoch_end,
+            **kwargs,
+        )  # fmt: skip
+
+    def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self.criterion.publish(trainer, pl_module)
+        super().on_train_epoch_end(trainer, pl_module)
+
+
+class ScoreEarlyStopping(EarlyStopping):
+    """``EarlyStopping`` on a RepBench score or a combined criterion, the direction from the metrics (see
+    :class:`ScoreCheckpoint`); checks at the end of the training epoch by default (where the monitors log)."""
+
+    def __init__(
+        self,
+        monitor: str | Mapping[str, float],
+        mode: str = "auto",
+        name: str = "val/selection/score",
+        directions: Mapping[str, str] | None = None,
+        check_on_train_epoch_end: bool | None = True,
+        **kwargs: Any,
+    ) -> None:
+        self.criterion = _criterion(monitor, mode, name, directions, type(self).__name__)
+        super().__init__(
+            monitor=self.criterion.name, mode=self.criterion.mode, check_on_train_epoch_end=check_on_train_epoch_end,
+            **kwargs,
+        )  # fmt: skip
+
+    def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self.criterion.publish(trainer, pl_module)
+        super().on_train_epoch_end(trainer, pl_module)
+
+
+def _criterion(
+    monitor: str | Mapping[str, float], mode: str, name: str, directions: Mapping[str, str] | None, owner: str
+) -> SelectionCriterion:
+    """The criterion of ``monitor``; ``mode`` "auto" or the single monitor's direction (checked against it)."""
+    if mode not in ("auto", "max", "min"):
+        raise ValueError(
+            f"{owner}: mode must be 'auto' (from the metric's higher_is_better), 'max' or 'min', got {mode!r}"
+        )
+    if mode != "auto":
+        if not isinstance(monitor, str):
+            raise ValueError(
+                f"{owner}: a combined monitor is always maximised (each term signed by its metric's direction); "
+                f"leave mode='auto' and give unknown directions as directions={{name: 'max' | 'min'}}"
+            )
+        directions = {**dict(directions or {}), monitor: mode}
+    try:
+        return SelectionCriterion(monitor, name, directions)
+    except (TypeError, ValueError) as exc:
+        raise type(exc)(f"{owner}: {exc}") from None
