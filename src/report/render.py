@@ -265,20 +265,25 @@ def _figures(results: AuditResults, rows: Sequence[Mapping[str, Any]], agree: Se
         ax.set_title("Task-Prior z-scores")
         figs["task_prior_z.png"] = fig
     targets = target_columns(rows)
-    shown = [a for a in agree if targets and a.target == targets[0]]
-    if shown:
-        fig = Figure(figsize=(6, 0.35 * len(shown) + 1.2))
+    scores = [c for c in score_columns(rows) if any(a.score == c for a in agree)]
+    if scores and targets:
+        fig = Figure(figsize=(6.5, 0.38 * len(scores) + 1.4))
         ax = fig.add_subplot()
-        y = np.arange(len(shown))
-        tau = np.array([a.kendall for a in shown])
-        lo = np.array([a.kendall_low for a in shown])
-        hi = np.array([a.kendall_high for a in shown])
-        ax.errorbar(tau, y, xerr=[np.nan_to_num(tau - lo), np.nan_to_num(hi - tau)], fmt="o", capsize=3)
+        step = 0.7 / len(targets)
+        for t, target in enumerate(targets):  # one marker per downstream column, offset vertically
+            found = {a.score: a for a in agree if a.target == target}
+            ys = [i - 0.35 + step * (t + 0.5) for i, c in enumerate(scores) if c in found]
+            pts = [found[c] for c in scores if c in found]
+            tau = np.array([a.kendall for a in pts])
+            lo = np.nan_to_num(tau - np.array([a.kendall_low for a in pts]))
+            hi = np.nan_to_num(np.array([a.kendall_high for a in pts]) - tau)
+            ax.errorbar(tau, ys, xerr=[lo, hi], fmt="o", capsize=3, label=target, color=f"C{t}")
         ax.axvline(0, color="k", lw=0.8)
-        ax.set_yticks(y, [a.score for a in shown], fontsize=7)
+        ax.set_yticks(range(len(scores)), scores, fontsize=7)
         ax.set_xlim(-1.05, 1.05)
-        ax.set_xlabel(f"Kendall τ_b with {targets[0]} (bootstrap interval over backbones)")
-        ax.set_title("Rank agreement")
+        ax.set_xlabel("Kendall τ_b across backbones (bootstrap interval over backbones)")
+        ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=2, frameon=False)
+        ax.set_title("Rank agreement with the downstream accuracies")
         figs["agreement.png"] = fig
     return figs
 
@@ -350,7 +355,7 @@ def audit_report(results: AuditResults, n_boot: int = 2000, level: float = 0.9) 
         "curves.png": "SynBench: expected scaled bound E(a_t) at ε = 0 per backbone, with the input-space reference",
         "r_dr_by_perturbation.png": "DivergenceRadius: mean R_dr per perturbation (lower = more robust embeddings)",
         "task_prior_z.png": "Task Priors: z = E / √Var of the kernel alignment under the prior",
-        "agreement.png": "Kendall τ_b of each score with the first downstream accuracy, with its bootstrap interval",
+        "agreement.png": "Kendall τ_b of each score with each downstream accuracy, with its bootstrap interval",
     }
     sections.append(("Figures", "".join(figure_html(f, captions.get(n, n)) for n, f in figs.items())))
     return report, page("RepBench backbone audit", sections, intro)
