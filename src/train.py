@@ -32,6 +32,7 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 from omegaconf import DictConfig
 
 from . import PACKAGE
+from .sweeps.storage import register_resolvers
 from .utils.allocator import keep_freed_memory
 from .utils.checkpoint import read_checkpoint
 from .utils.checkpoint_io import AtomicCheckpointIO
@@ -42,6 +43,7 @@ from .utils.run_dir import RunDirectoryLock
 from .utils.run_summary import print_summary, write_summary
 
 log = logging.getLogger("repbench")
+register_resolvers()  # ${repbench_sqlite:...} of configs/hparams_search (the sweeper resolves it before any job)
 
 __all__ = ["RESUMABLE_EXIT_CODES", "check_resume_checkpoint", "optimized_metric_value", "train", "main"]
 
@@ -307,18 +309,22 @@ def _run_info(cfg: DictConfig, trainer: L.Trainer, run_dir: Path, seconds: float
     }
 
 
-def optimized_metric_value(cfg: DictConfig, metrics: dict[str, float]) -> float | None:
-    """The value of ``cfg.optimized_metric`` (None when it is null); a KeyError naming the logged metrics if the
-    run did not log it (a sweeper must not optimise a missing value)."""
+def optimized_metric_value(cfg: DictConfig, metrics: dict[str, float]) -> float | list[float] | None:
+    """The value of ``cfg.optimized_metric`` (None when it is null; a list of values when it is a list of names, for
+    a multi-objective sweep); a KeyError naming the logged metrics if the run did not log one (a sweeper must not
+    optimise a missing value)."""
     name = cfg.get("optimized_metric")
     if not name:
         return None
-    if name not in metrics:
+    names = [name] if isinstance(name, str) else list(name)
+    missing = [n for n in names if n not in metrics]
+    if missing:
         raise KeyError(
-            f"optimized_metric={name!r} was not logged by this run; logged: {sorted(metrics)}. "
+            f"optimized_metric={missing[0]!r} was not logged by this run; logged: {sorted(metrics)}. "
             "Set optimized_metric to one of them"
         )
-    return metrics[name]
+    values = [metrics[n] for n in names]
+    return values[0] if isinstance(name, str) else values
 
 
 @hydra.main(version_base="1.3", config_path=str(config_dir()), config_name="train.yaml")

@@ -51,7 +51,8 @@ ALLOWED: dict[str, set[str]] = {
         "task_prior",
         "metrics",
     },
-    "train": {"utils", "backbones", "callbacks", "models", "data"},
+    "sweeps": set(),
+    "train": {"utils", "backbones", "callbacks", "models", "data", "sweeps"},
     "eval": {"utils", "attacks", "models", "data"},
     "hydra_callbacks": {"utils", "task_prior"},
     # the audit report over every method (python -m src.report): an entry point

@@ -1,0 +1,10 @@
+"""Hyperparameter sweeps guided by the scores (configs/hparams_search/, Hydra's Optuna sweeper).
+
+:class:`OptunaPruning` lets a trial of ``python -m src.train -m hparams_search=...`` stop early when its monitored
+score falls (e.g. SynBench-Score collapsing to 0 at a too-large learning rate).
+"""
+
+from .pruning import OptunaPruning, find_trial
+from .storage import register_resolvers, sqlite_url
+
+__all__ = ["OptunaPruning", "find_trial", "register_resolvers", "sqlite_url"]
