@@ -8,12 +8,15 @@ from .checkpointing import (
     metric_direction,
     metric_producer,
 )
+from .collapse_alarm import CollapseAlarm, CollapseAlarmWarning, mean_cross_cosine
 from .divergence_radius_callback import DivergenceRadiusCallback
 from .spectrum_callback import RepresentationCollapseWarning, RepresentationSpectrumCallback
 from .synbench_callback import SynBenchCallback
 from .task_prior_callback import TaskPriorCallback
 
 __all__ = [
+    "CollapseAlarm",
+    "CollapseAlarmWarning",
     "DivergenceRadiusCallback",
     "ExceptionCheckpoint",
     "RepresentationCollapseWarning",
@@ -23,6 +26,7 @@ __all__ = [
     "SelectionCriterion",
     "SynBenchCallback",
     "TaskPriorCallback",
+    "mean_cross_cosine",
     "metric_direction",
     "metric_producer",
 ]
