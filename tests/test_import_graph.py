@@ -55,6 +55,8 @@ ALLOWED: dict[str, set[str]] = {
     "train": {"utils", "backbones", "callbacks", "models", "data", "sweeps"},
     "eval": {"utils", "attacks", "models", "data"},
     "hydra_callbacks": {"utils", "task_prior"},
+    # the table / Pareto front / choice of a Hydra sweep (python -m src.sweep_report): an entry point
+    "sweep_report": {"utils", "callbacks"},
     # the audit report over every method (python -m src.report): an entry point
     "report": {
         "utils",

@@ -1,0 +1,203 @@
+"""``python -m src.sweep_report <multirun dir>``: the table of a Hydra sweep's trials, the Pareto front of two
+metrics, its plot and the chosen configuration (docs/sweep_report.md).
+
+Reads every job folder ``<multirun dir>/<job>/`` holding ``metrics.json`` (written by ``python -m src.train``) and
+``.hydra/overrides.yaml`` (what the job changed). The directions of the two metrics come from the metrics that log
+them (``higher_is_better``, :func:`src.callbacks.metric_direction`); a name without one takes ``--direction
+name=max``. The chosen configuration: among the front's points whose second metric passes ``--floor`` (at least it
+for a maximised metric, at most for a minimised one), the one best on the first metric; without ``--floor``, the
+knee: the front point nearest the ideal corner after scaling both metrics to [0, 1] over the front. Writes
+``sweep_report.md``, ``.csv``, ``.json`` and ``pareto.png`` through :class:`src.utils.report_writer.Report`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from .callbacks.checkpointing import metric_direction
+from .utils.report_writer import Report
+
+__all__ = ["choose", "load_trials", "main", "pareto_front", "run", "sweep_report"]
+
+
+def _overrides(job: Path) -> list[str]:
+    """The job's ``.hydra/overrides.yaml`` (a YAML list of ``key=value`` strings), or [] when absent."""
+    path = job / ".hydra" / "overrides.yaml"
+    if not path.is_file():
+        return []
+    import yaml
+
+    items = yaml.safe_load(path.read_text()) or []
+    if not isinstance(items, list):
+        raise ValueError(f"{path}: expected a YAML list of key=value overrides, got {type(items).__name__}")
+    return [str(i) for i in items]
+
+
+def load_trials(multirun_dir: str | Path) -> list[dict[str, Any]]:
+    """One row per job folder with a ``metrics.json``: {"job", "overrides": {key: value}, **metrics}, sorted by job
+    name. Raises a FileNotFoundError naming the folder when no job has metrics."""
+    root = Path(multirun_dir)
+    if not root.is_dir():
+        raise FileNotFoundError(f"multirun folder {root} does not exist; give logs/<task>/multiruns/<time>_<id>")
+    rows = []
+    for job in sorted(p for p in root.iterdir() if (p / "metrics.json").is_file()):
+        payload = json.loads((job / "metrics.json").read_text())
+        metrics = payload.get("metrics") if isinstance(payload, Mapping) else None
+        if not isinstance(metrics, Mapping):
+            raise ValueError(f"{job / 'metrics.json'}: no 'metrics' mapping (write it with python -m src.train)")
+        pairs = [o.split("=", 1) for o in _overrides(job)]
+        rows.append({"job": job.name, "overrides": {p[0]: p[1] if len(p) > 1 else "" for p in pairs}, **metrics})
+    if not rows:
+        raise FileNotFoundError(
+            f"no job folder of {root} holds a metrics.json; is it a multirun folder of python -m src.train -m ...?"
+        )
+    return rows
+
+
+def _better(a: float, b: float, mode: str) -> bool:
+    return a > b if mode == "max" else a < b
+
+
+def pareto_front(points: Sequence[tuple[float, float]], modes: tuple[str, str]) -> list[int]:
+    """Indices of the non-dominated points (no other point at least as good on both and better on one), in input
+    order. Non-finite points are never on the front."""
+    ok = [i for i, p in enumerate(points) if all(math.isfinite(v) for v in p)]
+
+    def dominates(j: int, i: int) -> bool:
+        pj, pi = points[j], points[i]
+        no_worse = all(not _better(pi[k], pj[k], modes[k]) for k in range(2))
+        return no_worse and any(_better(pj[k], pi[k], modes[k]) for k in range(2))
+
+    return [i for i in ok if not any(dominates(j, i) for j in ok if j != i)]
+
+
+def choose(
+    points: Sequence[tuple[float, float]], front: Sequence[int], modes: tuple[str, str], floor: float | None = None
+) -> tuple[int, str]:
+    """(index, rule) of the chosen front point: best first metric among those whose second passes ``floor``, else
+    (no floor) the knee. A ValueError when no front point passes the floor."""
+    if floor is not None:
+        passing = [i for i in front if not _better(floor, points[i][1], modes[1])]  # at least as good as the floor
+        if not passing:
+            raise ValueError(f"no Pareto point has its second metric {'>=' if modes[1] == 'max' else '<='} {floor}")
+        best = max(passing, key=lambda i: points[i][0] if modes[0] == "max" else -points[i][0])
+        return (
+            best,
+            f"best first metric among the front points with second metric {'>=' if modes[1] == 'max' else '<='} {floor}",
+        )
+    scaled = []
+    for k in range(2):
+        vals = [points[i][k] for i in front]
+        lo, hi = min(vals), max(vals)
+        span = hi - lo or 1.0
+        scaled.append(
+            {i: (points[i][k] - lo) / span if modes[k] == "max" else (hi - points[i][k]) / span for i in front}
+        )
+    knee = min(front, key=lambda i: math.hypot(1 - scaled[0][i], 1 - scaled[1][i]))
+    return knee, "knee: the front point nearest the ideal corner, both metrics scaled to [0, 1] over the front"
+
+
+def sweep_report(
+    multirun_dir: str | Path,
+    x: str,
+    y: str,
+    directions: Mapping[str, str] | None = None,
+    floor: float | None = None,
+) -> Report:
+    """The :class:`Report` of a multirun folder: trials (rows), Pareto front of ``x`` and ``y``, chosen job."""
+    trials = load_trials(multirun_dir)
+    modes = (metric_direction(x, directions), metric_direction(y, directions))
+    missing = [t["job"] for t in trials if x not in t or y not in t]
+    if missing:
+        raise KeyError(f"jobs {missing} did not log {x!r} and {y!r}; pick metrics every job's metrics.json holds")
+    points = [(float(t[x]), float(t[y])) for t in trials]
+    front = pareto_front(points, modes)
+    chosen, rule = choose(points, front, modes, floor)
+    keys = sorted({k for t in trials for k in t["overrides"]})
+    rows = [
+        {"job": t["job"], **{k: t["overrides"].get(k, "") for k in keys}, x: points[i][0], y: points[i][1],
+         "pareto": i in front, "chosen": i == chosen}
+        for i, t in enumerate(trials)
+    ]  # fmt: skip
+    head = ["job", *keys, f"{x} ({modes[0]})", f"{y} ({modes[1]})", "pareto", "chosen"]
+    lines = [f"# Sweep report: {Path(multirun_dir)}", "", "| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
+    for r in rows:
+        cells = [
+            r["job"],
+            *(str(r[k]) for k in keys),
+            f"{r[x]:.4g}",
+            f"{r[y]:.4g}",
+            "yes" if r["pareto"] else "",
+            "**chosen**" if r["chosen"] else "",
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    lines += [
+        "",
+        f"Chosen: `{trials[chosen]['job']}` ({' '.join(f'{k}={v}' for k, v in trials[chosen]['overrides'].items())}); rule: {rule}.",
+        "",
+    ]
+
+    def figures() -> dict[str, Any]:
+        import matplotlib
+
+        matplotlib.use("Agg", force=False)
+        import matplotlib.pyplot as plt
+
+        fig, ax = plt.subplots(figsize=(5, 4))
+        ax.scatter([p[0] for p in points], [p[1] for p in points], c="0.6", label="trials")
+        order = sorted(front, key=lambda i: points[i][0])
+        ax.plot([points[i][0] for i in order], [points[i][1] for i in order], "o-", c="C0", label="Pareto front")
+        ax.scatter([points[chosen][0]], [points[chosen][1]], s=160, facecolors="none", edgecolors="C3", label="chosen")
+        ax.set_xlabel(f"{x} ({modes[0]})")
+        ax.set_ylabel(f"{y} ({modes[1]})")
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        return {"pareto.png": fig}
+
+    data = {"multirun_dir": str(multirun_dir), "metrics": [x, y], "modes": list(modes), "front": [trials[i]["job"] for i in front],
+            "chosen": trials[chosen], "rule": rule, "trials": trials}  # fmt: skip
+    return Report("sweep_report", rows, "\n".join(lines), data, figures=figures)
+
+
+def _direction(text: str) -> tuple[str, str]:
+    name, _, mode = text.rpartition("=")
+    if not name or mode not in ("max", "min"):
+        raise argparse.ArgumentTypeError(f"--direction takes name=max or name=min, got {text!r}")
+    return name, mode
+
+
+def run(argv: Sequence[str] | None = None) -> Path:
+    """The CLI's work; returns the output folder."""
+    ap = argparse.ArgumentParser(prog="python -m src.sweep_report", description=__doc__.split("\n\n")[0])
+    ap.add_argument("multirun_dir", type=Path)
+    ap.add_argument("--x", default="val/synbench/score", help="first metric (the one the choice maximises/minimises)")
+    ap.add_argument("--y", default="val/divergence_radius/mean", help="second metric (the one --floor bounds)")
+    ap.add_argument(
+        "--direction",
+        type=_direction,
+        action="append",
+        default=[],
+        help="name=max|min for a metric without a direction",
+    )
+    ap.add_argument("--floor", type=float, default=None, help="bound on the second metric; default: the knee")
+    ap.add_argument("--out", type=Path, default=None, help="output folder (default: <multirun_dir>/sweep_report)")
+    args = ap.parse_args(argv)
+    report = sweep_report(args.multirun_dir, args.x, args.y, dict(args.direction), args.floor)
+    out = args.out or args.multirun_dir / "sweep_report"
+    report.write(out)
+    print(report.markdown)
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """``python -m src.sweep_report`` / ``repbench-sweep-report`` (exit status 0 on success)."""
+    run(argv)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,67 @@
+"""python -m src.sweep_report on a hand-written multirun folder whose Pareto front is known."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from src.sweep_report import choose, pareto_front, sweep_report
+
+# (lambda, teacher cosine = val/utility (max, given), R_dr = val/divergence_radius/mean (min, from the metric))
+TRIALS = {
+    "0_lam-0": ("0", 0.50, 0.007),  # the collapsed point: lowest R_dr, on the front but far below any floor use
+    "1_lam-1": ("1", 0.87, 0.19),
+    "2_lam-10": ("10", 0.93, 0.23),
+    "3_lam-3": ("3", 0.85, 0.25),  # dominated by lam=1 (lower utility, higher R_dr)
+}
+
+
+def _multirun(tmp_path):
+    for job, (lam, util, rdr) in TRIALS.items():
+        folder = tmp_path / job
+        (folder / ".hydra").mkdir(parents=True)
+        (folder / ".hydra" / "overrides.yaml").write_text(f"- model.lam={lam}\n- seed=0\n")
+        metrics = {"val/utility": util, "val/divergence_radius/mean": rdr}
+        (folder / "metrics.json").write_text(json.dumps({"metrics": metrics, "run_dir": str(folder)}))
+    return tmp_path
+
+
+def test_front_and_choice(tmp_path):
+    report = sweep_report(_multirun(tmp_path), "val/utility", "val/divergence_radius/mean", {"val/utility": "max"})
+    assert report.data["modes"] == ["max", "min"]  # R_dr's direction from DivergenceRadius.higher_is_better
+    assert report.data["front"] == ["0_lam-0", "1_lam-1", "2_lam-10"]
+    assert [r["pareto"] for r in report.rows] == [True, True, True, False]
+    # knee, front scaled to [0, 1]: lam=1 at (0.86, 0.18), distance 0.83 to (1, 1); lam=0 (0, 1) and lam=10 (1, 0): 1
+    assert report.data["chosen"]["job"] == "1_lam-1"
+
+
+def test_floor_rule_and_cli_files(tmp_path):
+    root = _multirun(tmp_path)
+    out = main(
+        [
+            str(root),
+            "--x",
+            "val/utility",
+            "--direction",
+            "val/utility=max",
+            "--floor",
+            "0.2",
+            "--out",
+            str(tmp_path / "r"),
+        ]
+    )
+    data = json.loads((out / "sweep_report.json").read_text())
+    assert data["chosen"]["job"] == "1_lam-1"  # R_dr <= 0.2: lam=0 and lam=1 pass; lam=1 has the higher utility
+    assert {p.name for p in out.iterdir()} >= {"sweep_report.md", "sweep_report.csv", "pareto.png"}
+
+
+def test_pure_pieces_and_errors(tmp_path):
+    assert pareto_front([(1, 1), (2, 2), (float("nan"), 3)], ("max", "max")) == [1]
+    assert choose([(1.0, 5.0), (2.0, 1.0)], [0, 1], ("max", "max"), floor=3.0)[0] == 0
+    with pytest.raises(ValueError, match=r"no Pareto point has its second metric >= 9"):
+        choose([(1.0, 5.0)], [0], ("max", "max"), floor=9.0)
+    with pytest.raises(ValueError, match=r"direction of 'val/utility' is unknown"):
+        sweep_report(_multirun(tmp_path), "val/utility", "val/divergence_radius/mean")
+    with pytest.raises(FileNotFoundError, match=r"no job folder .* holds a metrics.json"):
+        sweep_report(tmp_path / "0_lam-0" / ".hydra", "val/acc", "val/divergence_radius/mean")
