@@ -38,7 +38,7 @@ def test_front_and_choice(tmp_path):
 
 def test_floor_rule_and_cli_files(tmp_path):
     root = _multirun(tmp_path)
-    out = main(
+    out = run(
         [
             str(root),
             "--x",
