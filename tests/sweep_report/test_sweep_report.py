@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from src.sweep_report import choose, pareto_front, sweep_report
+from src.sweep_report import choose, pareto_front, run, sweep_report
 
 # (lambda, teacher cosine = val/utility (max, given), R_dr = val/divergence_radius/mean (min, from the metric))
 TRIALS = {
