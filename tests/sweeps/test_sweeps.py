@@ -66,7 +66,7 @@ def _finished(storage: str) -> list[optuna.trial.FrozenTrial]:
 def test_hparams_search_configs_compose(name, tmp_path) -> None:
     GlobalHydra.instance().clear()
     with initialize_config_dir(version_base="1.3", config_dir=CONFIGS):
-        cfg = compose("train.yaml", [f"+hparams_search={name}"], return_hydra_config=True)
+        cfg = compose("train.yaml", [f"hparams_search={name}"], return_hydra_config=True)
     GlobalHydra.instance().clear()
     sweeper = cfg.hydra.sweeper
     assert sweeper._target_.endswith("OptunaSweeper") and sweeper.study_name == name
@@ -80,7 +80,7 @@ def test_hparams_search_configs_compose(name, tmp_path) -> None:
 def test_slurm_launcher_composes() -> None:
     GlobalHydra.instance().clear()
     with initialize_config_dir(version_base="1.3", config_dir=CONFIGS):
-        cfg = compose("train.yaml", ["+hparams_search=pretraining_lr", "hydra/launcher=submitit_slurm"], True)
+        cfg = compose("train.yaml", ["hparams_search=pretraining_lr", "hydra/launcher=submitit_slurm"], True)
     GlobalHydra.instance().clear()
     assert "submitit" in cfg.hydra.launcher._target_
 
