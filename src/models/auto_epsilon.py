@@ -55,8 +55,13 @@ def select_epsilon(module: L.LightningModule, options: Mapping[str, Any] | None 
     cfg = SynBenchConfig(**opts)
     shape = (3, size, size) if isinstance(size, int) else tuple(size)
     backbone = module.backbone
+    # In ``setup`` Lightning reports the device the model is about to move to (``module.device`` is faked to the
+    # strategy's root device) while the weights are still on the CPU: move the frozen backbone there first (the
+    # strategy moves the whole module right after setup anyway), so that samples, statistics and weights agree.
+    device = module.device
+    backbone.to(device)
     with eval_mode(backbone):
-        _, result = synbench_distributed(backbone.embed, shape, cfg, device=module.device)
+        _, result = synbench_distributed(backbone.embed, shape, cfg, device=device)
     scores = {e: result.score(e) for e in cfg.eps}
     best = result.best_eps()
     module.auto_epsilon_scores, module.auto_epsilon_result = scores, result

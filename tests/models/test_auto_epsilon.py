@@ -73,3 +73,23 @@ def test_defaults_are_the_yaml_block() -> None:
     assert auto_epsilon_defaults() == yaml
     fields = {k: v for k, v in yaml.items() if k not in ("input_size", "scale")}
     SynBenchConfig(**fields)  # a valid protocol
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_auto_epsilon_on_a_gpu_trainer() -> None:
+    """In ``setup`` Lightning already reports the GPU as ``module.device`` while the weights are on the CPU: the
+    SynBench run of epsilon=auto must not mix the two (it failed with "Encountered different devices" before)."""
+    torch.manual_seed(0)
+    model = RobustLinearProbe(
+        backbone=create_backbone("timm:test_efficientnet", pretrained=False),
+        num_classes=2,
+        epsilon="auto",
+        auto_epsilon={**AUTO, "scale": 0.5},
+        attack={"steps": 1},
+        scheduler=None,
+    )
+    L.Trainer(
+        max_epochs=1, accelerator="gpu", devices=1, logger=False, enable_checkpointing=False,
+        enable_progress_bar=False, limit_train_batches=1, inference_mode=False,
+    ).fit(model, DataLoader(_Toy(size=8), batch_size=16))  # fmt: skip
+    assert model.epsilon is not None and set(model.auto_epsilon_scores) == set(AUTO["eps"])
