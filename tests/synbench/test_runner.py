@@ -158,11 +158,16 @@ def test_memory_does_not_grow_with_s():
     d = 64
     r = torch.randn(48, d)
 
+    def count() -> int:
+        return sum(1 for o in gc.get_objects() if issubclass(type(o), torch.Tensor) and o.numel() >= d * d)
+
     def run(k):
+        gc.collect()  # garbage of earlier tests must not be counted, nor collected half-way through this run
+        base = count()
         counts = []
 
         def fn(x):
-            counts.append(sum(1 for o in gc.get_objects() if issubclass(type(o), torch.Tensor) and o.numel() >= d * d))
+            counts.append(count() - base)
             return x.flatten(1) @ r
 
         cfg = SynBenchConfig(
@@ -176,4 +181,7 @@ def test_memory_does_not_grow_with_s():
         synbench(fn, input_shape=(3, 4, 4), config=cfg)
         return max(counts)
 
-    assert run(8) == run(2)
+    # Statistics kept per s would add at least one large tensor per extra s value: 6 more for 8 vs 2 s values. The
+    # allowance of 1 covers a tensor of the test process itself (the gc sees every object of the process) that is
+    # created or freed while the run counts; it cannot hide a per-s growth of 6.
+    assert run(8) <= run(2) + 1
