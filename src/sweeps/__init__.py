@@ -4,7 +4,7 @@
 score falls (e.g. SynBench-Score collapsing to 0 at a too-large learning rate).
 """
 
-from .pruning import OptunaPruning, find_trial
+from .pruning import OptunaPruning, find_trial, trial_number
 from .storage import register_resolvers, sqlite_url
 
-__all__ = ["OptunaPruning", "find_trial", "register_resolvers", "sqlite_url"]
+__all__ = ["OptunaPruning", "find_trial", "register_resolvers", "sqlite_url", "trial_number"]

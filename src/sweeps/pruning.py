@@ -1,14 +1,15 @@
-"""Optuna pruning inside a trial of Hydra's Optuna sweeper.
+"""Optuna pruning inside a trial of a Hydra Optuna sweep.
 
-Hydra's ``hydra-optuna-sweeper`` 1.3 asks the study for a trial, launches the job with the trial's parameters as
-command-line overrides (``model.lr=0.0123``) and tells the study the job's return value; the job never sees the
-trial. :class:`OptunaPruning` finds it: it opens the study in the sweep's storage (``hydra.sweeper.storage``, an RDB
-URL such as ``sqlite:///...``), takes the RUNNING trial whose parameters are this job's overrides, and claims it
-(user attribute ``repbench_run_dir``), so two jobs never report into one trial. After each validation it reports the
-monitored metric at the end of each training epoch (step = epoch) and asks the pruner; when the pruner says prune, the trial gets the user attribute
-``pruned_epoch`` and training stops after that epoch. The job still ends normally (metrics.json, HParams) and the
-sweeper records the returned (collapsed) value, so the study's best never comes from a pruned trial of a maximised
-score.
+RepBench's sweeper (``hydra/sweeper=repbench_optuna``, ``hydra_plugins/repbench_sweeper``) asks the study for a trial,
+launches the job with the trial's parameters as command-line overrides (``model.lr=0.0123``) plus the trial's number
+(``+optuna_trial=3``), and tells the study PRUNED when the job's trial carries ``pruned_epoch``. :class:`OptunaPruning`
+opens the trial by that number in the sweep's storage (``hydra.sweeper.storage``, an RDB URL such as
+``sqlite:///...``). Under Hydra's stock ``hydra-optuna-sweeper`` 1.3 (no number; it always tells COMPLETE with the
+job's return value) the callback falls back to the RUNNING, unclaimed trial whose parameters are this job's overrides.
+Either way it claims the trial (user attribute ``repbench_run_dir``), so two jobs never report into one trial. At the
+end of each training epoch (step = epoch) it reports the monitored metric and asks the pruner; when the pruner says
+prune, the trial gets the user attribute ``pruned_epoch`` and training stops after that epoch. The job still ends
+normally (metrics.json, HParams).
 """
 
 from __future__ import annotations
@@ -23,10 +24,55 @@ from lightning.pytorch.callbacks import Callback
 
 log = logging.getLogger("repbench")
 
-__all__ = ["OptunaPruning", "find_trial"]
+__all__ = ["OptunaPruning", "find_trial", "trial_number"]
 
 CLAIM_ATTR = "repbench_run_dir"
 PRUNED_ATTR = "pruned_epoch"
+TRIAL_KEY = "optuna_trial"  # the job override RepBench's sweeper adds: +optuna_trial=<trial number>
+
+
+def trial_number(overrides: Iterable[str]) -> int | None:
+    """The trial number in ``overrides`` (``+optuna_trial=<n>``, as RepBench's sweeper writes it; ``optuna_trial=`` and
+    ``++optuna_trial=`` too); None when absent (Hydra's stock Optuna sweeper)."""
+    for item in overrides:
+        key, sep, value = item.partition("=")
+        if sep and key.lstrip("+") == TRIAL_KEY:
+            try:
+                number = int(value)
+            except ValueError:
+                number = -1
+            if number < 0:
+                raise ValueError(
+                    f"OptunaPruning: override {item!r} is not a trial number; {TRIAL_KEY} is set by RepBench's sweeper "
+                    f"(hydra/sweeper=repbench_optuna) to a non-negative integer: drop it when launching a job by hand"
+                )
+            return number
+    return None
+
+
+def trial_by_number(study: Any, number: int, overrides: Iterable[str]) -> Any:
+    """The FrozenTrial ``number`` of ``study``, checked to be RUNNING, unclaimed and to have this job's parameters;
+    a ValueError naming the mismatch otherwise (the job was not launched by this study's sweeper)."""
+    from optuna.trial import TrialState
+
+    hint = f"drop +{TRIAL_KEY}={number} when launching a job by hand, or check hydra.sweeper.storage / study_name"
+    found = [t for t in study.get_trials(deepcopy=False) if t.number == number]
+    if not found:
+        raise ValueError(f"OptunaPruning: study {study.study_name!r} has no trial {number} ({TRIAL_KEY}); {hint}")
+    trial = found[0]
+    if trial.state != TrialState.RUNNING or CLAIM_ATTR in trial.user_attrs:
+        state = (
+            "claimed by " + str(trial.user_attrs[CLAIM_ATTR]) if CLAIM_ATTR in trial.user_attrs else trial.state.name
+        )
+        raise ValueError(f"OptunaPruning: trial {number} of study {study.study_name!r} is {state}, not open; {hint}")
+    given = set(overrides)
+    missing = sorted(f"{k}={v}" for k, v in trial.params.items() if f"{k}={v}" not in given)
+    if missing:
+        raise ValueError(
+            f"OptunaPruning: trial {number} of study {study.study_name!r} has parameters {missing} that are not this "
+            f"job's overrides; {hint}"
+        )
+    return trial
 
 
 def find_trial(study: Any, overrides: Iterable[str]) -> Any | None:
@@ -99,7 +145,8 @@ class OptunaPruning(Callback):
             log.info("OptunaPruning: not in an Optuna sweep with a storage: no pruning")
             return None
         study = optuna.load_study(study_name=study_name, storage=storage, pruner=self.pruner)
-        frozen = find_trial(study, sweep[1])
+        number = trial_number(sweep[1])
+        frozen = find_trial(study, sweep[1]) if number is None else trial_by_number(study, number, sweep[1])
         if frozen is None:
             log.warning("OptunaPruning: no RUNNING trial of study %r has this job's parameters: no pruning", study_name)
             return None
