@@ -30,7 +30,7 @@ def test_package_list_covers_the_tree_exactly():
     tree = {
         ".".join(("repbench", *p.parent.relative_to(ROOT / "src").parts)) for p in (ROOT / "src").rglob("__init__.py")
     }
-    assert listed == tree | {"repbench.configs"}
+    assert listed == tree | {"repbench.configs", "hydra_plugins.repbench_sweeper"}
 
 
 def test_repository_alias_gives_the_same_modules():
@@ -81,7 +81,9 @@ def wheel(tmp_path_factory) -> Path:
 @pytest.mark.slow
 def test_wheel_holds_one_package_with_its_configs(wheel):
     names = zipfile.ZipFile(wheel).namelist()
-    assert {n.split("/")[0] for n in names} == {"repbench", f"{wheel.name.split('-py3')[0]}.dist-info"}
+    # repbench, and RepBench's Optuna sweeper where Hydra looks for plugins (hydra_plugins/repbench_sweeper only)
+    assert {n.split("/")[0] for n in names} == {"repbench", "hydra_plugins", f"{wheel.name.split('-py3')[0]}.dist-info"}
+    assert {n.split("/")[1] for n in names if n.startswith("hydra_plugins/")} == {"repbench_sweeper"}
     yamls = {n.removeprefix("repbench/configs/") for n in names if n.endswith(".yaml")}
     assert yamls == {str(p.relative_to(ROOT / "configs")) for p in (ROOT / "configs").rglob("*.yaml")}
     assert "repbench/train.py" in names and "repbench/callbacks/synbench_callback.py" in names
