@@ -107,7 +107,10 @@ _PRODUCERS: dict[tuple[str, str], type] = {
     ("spectrum", "alpha_req"): AlphaReQ,
     ("task_prior", "*"): TaskPriorMoments,
     ("*", "acc"): MulticlassAccuracy,  # the models' {stage}/acc
-    ("adv", "acc_*"): MulticlassAccuracy,  # robust accuracies {stage}/adv/acc_<attack>_<norm>_<eps> (src.attacks.naming)
+    (
+        "adv",
+        "acc_*",
+    ): MulticlassAccuracy,  # robust accuracies {stage}/adv/acc_<attack>_<norm>_<eps> (src.attacks.naming)
 }
 
 _MODES = {True: "max", False: "min"}
