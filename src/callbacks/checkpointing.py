@@ -222,7 +222,18 @@ class SelectionCriterion:
         return f"max {self.name} = " + " ".join(parts).lstrip("+ ")
 
 
-class ScoreCheckpoint(ModelCheckpoint):
+class _PublishCriterion:
+    """Publishes the criterion's value (a combined criterion's weighted sum) before the Lightning callback reads it at
+    the end of the training epoch."""
+
+    criterion: SelectionCriterion
+
+    def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        self.criterion.publish(trainer, pl_module)
+        super().on_train_epoch_end(trainer, pl_module)  # type: ignore[misc]
+
+
+class ScoreCheckpoint(_PublishCriterion, ModelCheckpoint):
     """``ModelCheckpoint`` on a RepBench score or a combined criterion (:class:`SelectionCriterion`), its ``mode``
     taken from the metrics' ``higher_is_better`` (``mode="auto"``; an explicit mode must agree, or give the
     direction of a name without one). Saves at the end of the training epoch by default: the monitors log there,
@@ -244,12 +255,8 @@ class ScoreCheckpoint(ModelCheckpoint):
             **kwargs,
         )  # fmt: skip
 
-    def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self.criterion.publish(trainer, pl_module)
-        super().on_train_epoch_end(trainer, pl_module)
 
-
-class ScoreEarlyStopping(EarlyStopping):
+class ScoreEarlyStopping(_PublishCriterion, EarlyStopping):
     """``EarlyStopping`` on a RepBench score or a combined criterion, the direction from the metrics (see
     :class:`ScoreCheckpoint`); checks at the end of the training epoch by default (where the monitors log)."""
 
@@ -267,10 +274,6 @@ class ScoreEarlyStopping(EarlyStopping):
             monitor=self.criterion.name, mode=self.criterion.mode, check_on_train_epoch_end=check_on_train_epoch_end,
             **kwargs,
         )  # fmt: skip
-
-    def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self.criterion.publish(trainer, pl_module)
-        super().on_train_epoch_end(trainer, pl_module)
 
 
 def _criterion(

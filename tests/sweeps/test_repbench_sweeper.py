@@ -11,7 +11,6 @@ from types import SimpleNamespace
 
 import optuna
 import pytest
-from hydra.core.utils import JobReturn, JobStatus
 from hydra_plugins.hydra_optuna_sweeper._impl import OptunaSweeperImpl
 from omegaconf import OmegaConf
 from optuna.trial import TrialState
@@ -19,17 +18,19 @@ from optuna.trial import TrialState
 from hydra_plugins.repbench_sweeper._impl import RepBenchOptunaSweeperImpl, objective_values
 from src.sweeps import OptunaPruning, sqlite_url, trial_number
 
+from .test_sweeps import FakeLauncher
+
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 COLLAPSE_AT = 0.5  # a job with x above this "collapses": its score falls to 0 after epoch 0
 
 
-class PruningLauncher:
+class PruningLauncher(FakeLauncher):
     """Each job: OptunaPruning (ThresholdPruner lower=0.05) sees score 0.5 at epoch 0, then 0.0 at epoch 1 when
     x > COLLAPSE_AT (else 0.5 + x); returns the last score, as src.train returns optimized_metric."""
 
     def __init__(self, storage: str, monkeypatch, kill_at: int | None = None) -> None:
-        self.storage, self.monkeypatch, self.kill_at = storage, monkeypatch, kill_at
-        self.launched: list[tuple[str, ...]] = []
+        super().__init__(kill_at)
+        self.storage, self.monkeypatch = storage, monkeypatch
         self.opened: list[int] = []  # the trial number each job's callback opened
 
     def _job(self, overrides: tuple[str, ...]) -> float:
@@ -47,17 +48,6 @@ class PruningLauncher:
             if trainer.should_stop:
                 break
         return score
-
-    def launch(self, job_overrides, initial_job_idx):
-        out = []
-        for overrides in job_overrides:
-            if self.kill_at is not None and len(self.launched) == self.kill_at:
-                raise KeyboardInterrupt
-            self.launched.append(tuple(overrides))
-            ret = JobReturn(overrides=list(overrides), status=JobStatus.COMPLETED)
-            ret.return_value = self._job(tuple(overrides))
-            out.append(ret)
-        return out
 
 
 def _trainer(score: float, epoch: int):

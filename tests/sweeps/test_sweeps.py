@@ -36,6 +36,9 @@ class FakeLauncher:
     def __init__(self, kill_at: int | None = None) -> None:
         self.kill_at, self.launched = kill_at, []
 
+    def _job(self, overrides: tuple[str, ...]) -> float:
+        return _objective(overrides)
+
     def launch(self, job_overrides, initial_job_idx):
         out = []
         for overrides in job_overrides:
@@ -43,7 +46,7 @@ class FakeLauncher:
                 raise KeyboardInterrupt
             self.launched.append(tuple(overrides))
             ret = JobReturn(overrides=list(overrides), status=JobStatus.COMPLETED)
-            ret.return_value = _objective(overrides)
+            ret.return_value = self._job(tuple(overrides))
             out.append(ret)
         return out
 
