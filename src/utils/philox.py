@@ -1,0 +1,305 @@
+"""Philox-4x32-10: RepBench's one counter-based random number generator, in integer tensor ops on any device.
+
+Algorithm: Salmon, Moraes, Dror & Shaw, "Parallel random numbers: as easy as 1, 2, 3", SC 2011
+(doi:10.1145/2063384.2063405). A counter of four 32-bit words and a key of two 32-bit words go through ten rounds of
+
+    (x0, x1, x2, x3) ← (hi(M1·x2) ⊕ x1 ⊕ k0, lo(M1·x2), hi(M0·x0) ⊕ x3 ⊕ k1, lo(M0·x0)),   k ← k + (W0, W1) mod 2³²
+
+(M0 = 0xD2511F53, M1 = 0xCD9E8D57, W0 = 0x9E3779B9, W1 = 0xBB67AE85; the key is bumped between rounds), and the four
+output words are the random bits of that counter. Because every output is a pure function of (key, counter), a
+stream's numbers are the same whatever splits the work: batch size, number of threads, number of processes, device.
+
+Exactness: 32-bit words are held in int64 tensors with values in [0, 2³²). The 32×32 → 64-bit product M·x never
+forms a value ≥ 2⁶³ (signed overflow is undefined behaviour): M is split into 16-bit limbs M = M_h·2¹⁶ + M_l, so
+A = x·M_h and B = x·M_l are < 2⁴⁸; with A = A_h·2¹⁶ + A_l (A_l < 2¹⁶), M·x = A_h·2³² + T for T = A_l·2¹⁶ + B < 2⁴⁹,
+hence lo = T mod 2³² and hi = A_h + ⌊T / 2³²⌋. Every intermediate is < 2⁴⁹, so the integer words are bit-identical on
+every device and backend.
+
+Streams (:func:`stream_key`): a 64-bit key from the project's one seed hash (:func:`src.utils.numerics.seed_word`)
+of any integers, split into the two key words. Word w of a stream is output word w mod 4 of counter ⌊w / 4⌋, the
+counter's 64-bit index held in words (x0, x1) = (low, high 32 bits), x2 = x3 = 0.
+
+Floats: :func:`uniform` maps word w to (w + ½)·2⁻³² in float64 (in (0, 1)); :func:`normal` takes Box–Muller over the
+word pair (2p, 2p + 1): z_2p = r·cos θ, z_2p+1 = r·sin θ with r = √(−2 ln u₁), θ = 2π·w_{2p+1}·2⁻³² (Box & Muller,
+"A note on the generation of random normal deviates", Ann. Math. Stat. 29(2), 1958, doi:10.1214/aoms/1177706645), each
+step an eager float64 op (IEEE-rounded), then cast. The integer words match on every device; the normals on CUDA equal
+the CPU's except where the device's float64 log / cos / sin differ from the CPU's in the last ulp, which survives the
+cast to float32 only rarely (measured on a GPU by ``benchmarks/sampling.py``).
+
+CPU speed: counters are processed in cache-sized blocks (``BLOCK`` counters) spread over ``torch.get_num_threads()``
+Python threads (torch releases the GIL inside its ops); a block's result does not depend on which thread computes it.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import threading
+import warnings
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from functools import lru_cache
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from .numerics import seed_word
+
+__all__ = [
+    "philox4x32",
+    "counter_words",
+    "compile_enabled",
+    "stream_key",
+    "random_bits",
+    "uniform",
+    "normal",
+    "BLOCK",
+    "ROUNDS",
+]
+
+M0, M1 = 0xD2511F53, 0xCD9E8D57  # round multipliers (SC 2011, Table 2)
+W0, W1 = 0x9E3779B9, 0xBB67AE85  # Weyl key increments (golden ratio, √3 − 1)
+MASK32 = 0xFFFFFFFF
+ROUNDS = 10
+BLOCK = 1 << 13  # counters per CPU block: ~10 live int64 planes of 64 KiB stay in L2
+_TWO_POW_M32 = 2.0**-32
+
+Key = tuple[int, int] | Tensor
+
+
+def stream_key(*words: int) -> tuple[int, int]:
+    """The Philox key (k0, k1) of the stream named by ``words`` (any integers, e.g. (seed, s·10⁶, split, chunk)):
+    the 64-bit :func:`~src.utils.numerics.seed_word` of the words (numpy's SeedSequence), low 32 bits → k0, high
+    32 bits → k1. Distinct word tuples give unrelated keys."""
+    if not words:
+        raise ValueError("stream_key needs at least one integer word, e.g. stream_key(seed)")
+    w = seed_word(*(int(v) for v in words))
+    return w & MASK32, w >> 32
+
+
+def _key_words(key: Key) -> tuple[Any, Any]:
+    """(k0, k1) as Python ints (from a pair) or 0-d int64 tensors (from a Tensor (2,)); both in [0, 2³²)."""
+    if isinstance(key, Tensor):
+        if key.shape != (2,) or key.dtype.is_floating_point or key.dtype.is_complex:
+            raise ValueError(f"key must be an integer Tensor of shape (2,), got {key.dtype} {tuple(key.shape)}")
+        k = key.to(torch.int64)
+        return k[0], k[1]
+    try:
+        k0, k1 = (int(v) for v in key)
+    except (TypeError, ValueError) as err:
+        raise TypeError(f"key must be a pair of 32-bit ints (k0, k1) or a Tensor (2,), got {key!r}") from err
+    if not (0 <= k0 <= MASK32 and 0 <= k1 <= MASK32):
+        raise ValueError(f"key words must lie in [0, 2**32), got ({k0}, {k1}); use stream_key(...) to make one")
+    return k0, k1
+
+
+def _mulhilo(x: Tensor, m: int) -> tuple[Tensor, Tensor]:
+    """(hi, lo) 32-bit halves of m·x for int64 x in [0, 2³²) and a constant m < 2³², exact with every intermediate
+    < 2⁴⁹ (16-bit limbs of m; see the module docstring)."""
+    a = x * (m >> 16)  # < 2^48
+    t = x * (m & 0xFFFF)  # < 2^48
+    t += (a & 0xFFFF) << 16  # T < 2^49
+    hi = a.bitwise_right_shift_(16).add_(t >> 32)
+    return hi, t.bitwise_and_(MASK32)
+
+
+def _rounds(x0: Tensor, x1: Tensor, x2: Tensor, x3: Tensor, k0: Any, k1: Any, rounds: int) -> list[Tensor]:
+    """``rounds`` Philox-4x32 rounds on four word planes (int64, same shape), key bumped between rounds."""
+    for r in range(rounds):
+        if r:
+            k0 = (k0 + W0) & MASK32
+            k1 = (k1 + W1) & MASK32
+        hi0, lo0 = _mulhilo(x0, M0)
+        hi1, lo1 = _mulhilo(x2, M1)
+        x0, x1, x2, x3 = hi1.bitwise_xor_(x1).bitwise_xor_(k0), lo1, hi0.bitwise_xor_(x3).bitwise_xor_(k1), lo0
+    return [x0, x1, x2, x3]
+
+
+def philox4x32(counter: Tensor, key: Key, rounds: int = ROUNDS) -> Tensor:
+    """Philox-4x32-``rounds`` of every counter: ``counter`` (..., 4) int64 words in [0, 2³²), ``key`` (k0, k1) or
+    a Tensor (2,) → (..., 4) int64 words in [0, 2³²), on the counter's device (Salmon et al., SC 2011)."""
+    if counter.dtype != torch.int64 or counter.shape[-1:] != (4,):
+        raise ValueError(f"counter must be an int64 Tensor (..., 4), got {counter.dtype} {tuple(counter.shape)}")
+    if rounds < 0:
+        raise ValueError(f"rounds must be >= 0, got {rounds}")
+    k0, k1 = _key_words(key)
+    if isinstance(k0, Tensor):
+        k0, k1 = k0.to(counter.device), k1.to(counter.device)
+    planes = [counter[..., j].contiguous() for j in range(4)]
+    return torch.stack(_rounds(*planes, k0, k1, rounds), dim=-1)
+
+
+def counter_words(idx: Tensor, k0: Tensor, k1: Tensor) -> Tensor:
+    """Output words of the counters with 64-bit indices ``idx`` (int64 >= 0) under the key (k0, k1) (0-d int64
+    tensors on idx's device), interleaved: (idx.numel()·4,) int64. The function :func:`torch.compile` fuses."""
+    zeros = torch.zeros_like(idx)
+    out = _rounds(idx & MASK32, idx >> 32, zeros, zeros, k0, k1, ROUNDS)
+    return torch.stack(out, dim=-1).view(-1)
+
+
+_FUSED: dict[str, Callable[..., Tensor]] = {}
+_FUSED_LOCK = threading.Lock()
+
+
+def compile_enabled() -> bool:
+    """Whether the integer rounds run as one :func:`torch.compile`-d kernel (on by default; environment variable
+    ``REPBENCH_PHILOX_COMPILE=0`` keeps them eager). Both give the same words: every op is exact integer arithmetic."""
+    return os.environ.get("REPBENCH_PHILOX_COMPILE", "1") != "0"
+
+
+def _fused(device: torch.device) -> Callable[..., Tensor]:
+    """The compiled :func:`counter_words` of ``device``'s type, compiled (and checked against the eager words on a
+    small input) on first use under a lock; eager :func:`counter_words` when compiling is off or fails."""
+    fn = _FUSED.get(device.type)
+    if fn is not None:
+        return fn
+    with _FUSED_LOCK:
+        if device.type in _FUSED:
+            return _FUSED[device.type]
+        fn = counter_words
+        if compile_enabled() and device.type in ("cpu", "cuda"):
+            try:
+                compiled = torch.compile(counter_words, dynamic=True, fullgraph=True)
+                idx = torch.arange((1 << 32) - 3, (1 << 32) + 61, dtype=torch.int64, device=device)
+                k = (torch.tensor(0x01234567, device=device), torch.tensor(0x89ABCDEF, device=device))
+                if torch.equal(compiled(idx, *k), counter_words(idx, *k)):
+                    fn = compiled
+                else:  # pragma: no cover - a miscompile; never observed
+                    warnings.warn("philox: the compiled rounds disagree with the eager ones; using eager", stacklevel=2)
+            except Exception as err:
+                warnings.warn(f"philox: torch.compile unavailable ({type(err).__name__}); using eager", stacklevel=2)
+        _FUSED[device.type] = fn
+        return fn
+
+
+def _counter_words(k0: Any, k1: Any, first: int, count: int, device: torch.device) -> Tensor:
+    """Output words of counters first … first + count − 1 (indices < 2⁶³), interleaved: (count·4,) int64."""
+    idx = torch.arange(first, first + count, dtype=torch.int64, device=device)
+    k0, k1 = (torch.as_tensor(k, dtype=torch.int64).to(device) for k in (k0, k1))
+    return _fused(device)(idx, k0, k1)
+
+
+def _words(k0: Any, k1: Any, start: int, n: int, device: torch.device) -> Tensor:
+    """Words start … start + n − 1 of the stream, (n,) int64, computed in one piece (one thread on the CPU)."""
+    first = start // 4
+    count = (start + n - 1) // 4 - first + 1
+    skip = start - 4 * first
+    return _counter_words(k0, k1, first, count, device)[skip : skip + n]
+
+
+@lru_cache(maxsize=4)
+def _pool(workers: int, pid: int) -> ThreadPoolExecutor:
+    """One pool per process and size (keyed by pid: a pool inherited through fork has no threads in the child)."""
+    return ThreadPoolExecutor(max_workers=workers, thread_name_prefix="repbench-philox")
+
+
+def _parallel(fn: Callable[[int, int], None], n: int, unit: int, device: torch.device) -> None:
+    """Call fn(start, stop) over [0, n) in pieces of ``unit``·``BLOCK`` items, on ``torch.get_num_threads()``
+    threads on the CPU (each piece single-threaded: it is below torch's intra-op grain); one piece elsewhere (the
+    device parallelises each op itself)."""
+    step = unit * BLOCK
+    if device.type != "cpu" or n <= step:
+        if n > 0:
+            fn(0, n)
+        return
+    pieces = [(s, min(s + step, n)) for s in range(0, n, step)]
+    workers = min(torch.get_num_threads(), len(pieces))
+    if workers <= 1:
+        for s, e in pieces:
+            fn(s, e)
+        return
+
+    fn(*pieces[0])  # on the calling thread: compiles the fused rounds once, outside the pool
+    list(_pool(workers, os.getpid()).map(lambda p: fn(*p), pieces[1:]))
+
+
+def _check_range(n: int, offset: int) -> None:
+    if n < 0 or offset < 0:
+        raise ValueError(f"n and offset must be >= 0, got n={n}, offset={offset}")
+    if offset + n >= 1 << 62:
+        raise ValueError(f"offset + n must stay below 2**62 words of a stream, got {offset + n}")
+
+
+def _device(device: Any) -> torch.device:
+    return torch.device("cpu") if device is None else torch.device(device)
+
+
+def random_bits(key: Key, n: int, *, offset: int = 0, device: Any = None) -> Tensor:
+    """Words ``offset`` … ``offset + n − 1`` of the stream ``key``: (n,) int64 in [0, 2³²), word w = output word
+    w mod 4 of counter ⌊w / 4⌋. Any offset and n; ``random_bits(key, n, offset=k) == random_bits(key, n + k)[k:]``."""
+    n, offset = int(n), int(offset)
+    _check_range(n, offset)
+    dev = _device(device)
+    k0, k1 = _key_words(key)
+    out = torch.empty(n, dtype=torch.int64, device=dev)
+
+    def fill(s: int, e: int) -> None:
+        out[s:e] = _words(k0, k1, offset + s, e - s, dev)
+
+    _parallel(fill, n, 4, dev)
+    return out
+
+
+def _shape(shape: int | Sequence[int]) -> tuple[int, ...]:
+    shape = (shape,) if isinstance(shape, int) else tuple(int(v) for v in shape)
+    if any(v < 0 for v in shape):
+        raise ValueError(f"shape must hold sizes >= 0, got {shape}")
+    return shape
+
+
+def _open_unit(u: Tensor, dtype: torch.dtype) -> Tensor:
+    """float64 u in (0, 1) cast to ``dtype``, kept inside (0, 1): the cast may round to 0 or 1 in a short format."""
+    if dtype == torch.float64:
+        return u
+    fi = torch.finfo(dtype)
+    return u.to(dtype).clamp_(fi.tiny, 1.0 - fi.eps / 2)  # largest value below 1 in a binary format: 1 − eps/2
+
+
+def uniform(
+    key: Key, shape: int | Sequence[int], *, offset: int = 0, device: Any = None, dtype: torch.dtype = torch.float32
+) -> Tensor:
+    """Uniform values in (0, 1) (never 0 or 1): value i = (word (offset + i) + ½)·2⁻³² in float64, cast to
+    ``dtype`` (clamped to the largest value below 1 and the smallest normal of ``dtype`` where the cast rounds
+    onto 0 or 1: float32 moves the top 2⁻²⁵ of the mass, float64 nothing)."""
+    if not dtype.is_floating_point:
+        raise ValueError(f"dtype must be a floating dtype, got {dtype}")
+    shape = _shape(shape)
+    bits = random_bits(key, math.prod(shape), offset=offset, device=device)
+    return _open_unit(bits.double().add_(0.5).mul_(_TWO_POW_M32), dtype).view(shape)
+
+
+def _box_muller(bits: Tensor) -> Tensor:
+    """Standard normals from word pairs (2p, 2p+1) of ``bits`` (even length): interleaved (r cos θ, r sin θ) in
+    float64, each step one eager IEEE-rounded op."""
+    pairs = bits.view(-1, 2).double()
+    u1 = pairs[:, 0].add_(0.5).mul_(_TWO_POW_M32)  # (0, 1): log finite
+    theta = pairs[:, 1].mul_(2.0 * math.pi * _TWO_POW_M32)
+    r = u1.log_().mul_(-2.0).sqrt_()
+    return torch.stack((r * theta.cos(), r * theta.sin_()), dim=-1).view(-1)
+
+
+def normal(
+    key: Key, shape: int | Sequence[int], *, offset: int = 0, device: Any = None, dtype: torch.dtype = torch.float32
+) -> Tensor:
+    """Standard normal values (Box–Muller in float64, then cast to ``dtype``): value i is normal j = offset + i of
+    the stream, z_j = r·cos θ (j even) or r·sin θ (j odd) of the word pair (2⌊j/2⌋, 2⌊j/2⌋ + 1), so it depends only
+    on (key, offset + i). |z| <= √(2·33·ln 2) ≈ 6.77 (u₁ >= 2⁻³³)."""
+    if not dtype.is_floating_point:
+        raise ValueError(f"dtype must be a floating dtype, got {dtype}")
+    shape = _shape(shape)
+    n, offset = math.prod(shape), int(offset)
+    _check_range(n + 2, offset)
+    dev = _device(device)
+    k0, k1 = _key_words(key)
+    out = torch.empty(n, dtype=dtype, device=dev)
+
+    def fill(s: int, e: int) -> None:
+        w0 = offset + s - (offset + s) % 2  # first word of the pair holding normal offset + s
+        w1 = offset + e + (offset + e) % 2  # one past the pair holding normal offset + e − 1
+        z = _box_muller(_words(k0, k1, w0, w1 - w0, dev))
+        lo = offset + s - w0
+        out[s:e] = z[lo : lo + e - s]
+
+    _parallel(fill, n, 4, dev)
+    return out.view(shape)
