@@ -15,7 +15,10 @@ The levers (docs/speed.md has the measurements behind every default):
     compile        torch.compile (inductor; weights frozen as constants). Pays only on long runs: compiling takes
                    tens of seconds on CPU. A frozen graph is abandoned (eager from then on, with a warning) when the
                    module's weights change; chunks of another shape than the first run eagerly.
-    autocast       None (float32, default), "bf16" or "fp16". Features come back as float32.
+    precision      "fp32" (default: IEEE float32, TF32 off), "tf32" (TF32 tensor cores for CUDA matmuls and
+                   convolutions; plain fp32 on CPU), "bf16" or "fp16" (autocast). Set only inside the forward, the
+                   caller's settings restored (src/features/precision.py). Features come back as float32.
+    autocast       deprecated alias of precision: None = "fp32", "bf16" / "fp16".
     inference      True: torch.inference_mode; False: torch.no_grad (outputs may be used in autograd later).
     eval_mode      True: an nn.Module behind ``feature_fn`` runs in eval mode; every submodule's mode is restored.
     pin_memory     CPU → CUDA copies through pinned memory with non_blocking=True (CUDA path not measured here).
@@ -36,7 +39,7 @@ from ..utils.modes import eval_mode as _eval_mode
 from .compiled import CompiledForward
 from .formats import resolve_memory_format, to_memory_format
 from .owner import owner_module
-from .precision import autocast_context, check_autocast
+from .precision import check_precision, precision_context
 from .transfer import to_device
 
 __all__ = ["FeatureExtractor", "as_extractor"]
@@ -57,7 +60,8 @@ class FeatureExtractor:
         memory_format: "auto" | "contiguous" | "channels_last", see the module docstring.
         threads: torch intra-op threads, set once here (None: unchanged).
         compile: wrap ``feature_fn`` in ``torch.compile`` (inductor, freezing).
-        autocast: None | "bf16" | "fp16".
+        precision: "fp32" | "tf32" | "bf16" | "fp16" (see the module docstring).
+        autocast: deprecated alias of ``precision`` (None | "bf16" | "fp16").
         eval_mode: run a module behind ``feature_fn`` in eval mode (restored afterwards).
         pin_memory: pinned host memory for CPU → CUDA copies.
         output_dtype: dtype of the returned features (float32; None keeps the forward's dtype).
@@ -74,6 +78,7 @@ class FeatureExtractor:
         threads: int | None = None,
         compile: bool = False,
         autocast: str | None = None,
+        precision: str = "fp32",
         eval_mode: bool = True,
         pin_memory: bool = True,
         output_dtype: torch.dtype | None = torch.float32,
@@ -93,7 +98,7 @@ class FeatureExtractor:
         self.module = owner_module(feature_fn)
         self.memory_format_choice = memory_format
         self.memory_format = resolve_memory_format(memory_format, self.module, self.device)
-        self.autocast = check_autocast(autocast)
+        self.precision = check_precision(precision, autocast)
         self.eval_mode = bool(eval_mode)
         self.pin_memory = bool(pin_memory)
         self.output_dtype = output_dtype
@@ -111,6 +116,11 @@ class FeatureExtractor:
         raise AttributeError(f"{type(self).__name__!s} has no attribute {name!r}")
 
     @property
+    def autocast(self) -> str | None:
+        """The autocast dtype name of the policy ("bf16" | "fp16"), None for "fp32" / "tf32" (the old attribute)."""
+        return self.precision if self.precision in ("bf16", "fp16") else None
+
+    @property
     def compile_s(self) -> float | None:
         """Seconds the first compiled call took (compilation included); None when not compiled (yet)."""
         return self._compiled.compile_s if self._compiled is not None else None
@@ -119,7 +129,7 @@ class FeatureExtractor:
         return (
             f"FeatureExtractor({getattr(self.feature_fn, '__qualname__', type(self.feature_fn).__name__)}, "
             f"device={self.device}, max_batch={self.max_batch}, memory_format={self.memory_format!r}, "
-            f"compile={self._compiled is not None}, autocast={self.autocast!r}, inference={self.inference})"
+            f"compile={self._compiled is not None}, precision={self.precision!r}, inference={self.inference})"
         )
 
     # -- core ----------------------------------------------------------------------------------------------------------
@@ -135,7 +145,7 @@ class FeatureExtractor:
 
     def _forward(self, chunk: Tensor) -> Tensor:
         x = to_memory_format(to_device(chunk, self.device, self.pin_memory), self.memory_format)
-        with autocast_context(self.autocast, x.device):
+        with precision_context(self.precision, x.device):
             out = self._compiled(x, self._eager) if self._compiled is not None else self.feature_fn(x)
         if not isinstance(out, Tensor):
             raise TypeError(

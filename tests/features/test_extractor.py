@@ -99,6 +99,7 @@ def test_chunking_invariance_on_a_network(resnet10t):
         ({"max_batch": True}, "max_batch"),
         ({"memory_format": "nhwc"}, "memory_format"),
         ({"autocast": "int8"}, "autocast"),
+        ({"precision": "int8"}, "precision"),
         ({"threads": 0}, "threads"),
         ({"compile": "yes"}, "compile"),
     ],
@@ -185,8 +186,8 @@ def test_threads_set_once():
         torch.set_num_threads(prev)
 
 
-def test_autocast_bf16_error_within_derived_bound(resnet10t):
-    """bf16 autocast rounds each conv/linear layer's inputs and weights to 8 significant bits (u_bf16 = 2^-9)
+def test_bf16_error_within_derived_bound(resnet10t):
+    """precision="bf16": autocast rounds each conv/linear layer's inputs and weights to 8 significant bits (u_bf16 = 2^-9)
     and accumulates in float32: each layer adds a relative error ≲ 2·u_bf16 (two rounded operands), and over L
     such layers the errors add, e ≤ 2·L·u_bf16 (layer gains of a BN-normalised net are O(1))."""
     bb = resnet10t
@@ -194,7 +195,7 @@ def test_autocast_bf16_error_within_derived_bound(resnet10t):
     with torch.no_grad():
         z32 = bb.embed(x)
     layers = sum(isinstance(m, (nn.Conv2d, nn.Linear)) for m in bb.modules())
-    z16 = FeatureExtractor(bb.embed, autocast="bf16")(x)
+    z16 = FeatureExtractor(bb.embed, precision="bf16")(x)
     assert z16.dtype == torch.float32
     err = float(rel_errors(z16, z32).max())
     assert err <= 2 * layers * 2.0**-9
@@ -207,8 +208,8 @@ def test_cuda_path_matches_cpu(tmp_path):  # pragma: no cover - no GPU in CI
     x = torch.rand(6, 3, 32, 32)
     with torch.no_grad():
         z_cpu = bb.embed(x)
-    z = FeatureExtractor(bb.cuda().embed, device="cuda")(x).cpu()
-    # TF32 may be on for CUDA convolutions: 10-bit mantissa, the bf16 argument above with u = 2^-11
+    z = FeatureExtractor(bb.cuda().embed, device="cuda", precision="tf32")(x).cpu()
+    # TF32 for CUDA matmuls and convolutions: 10-bit mantissa, the bf16 argument above with u = 2^-11
     layers = sum(isinstance(m, (nn.Conv2d, nn.Linear)) for m in bb.modules())
     assert float(rel_errors(z, z_cpu).max()) <= 2 * layers * 2.0**-11
 
@@ -226,4 +227,4 @@ def test_code_defaults_equal_the_yaml():
     for key, value in OmegaConf.to_container(cfg.extractor).items():
         assert value is None or value == defaults[key], key
     assert defaults["max_batch"] == 256 and defaults["memory_format"] == "auto"
-    assert defaults["compile"] is False and defaults["autocast"] is None
+    assert defaults["compile"] is False and defaults["autocast"] is None and defaults["precision"] == "fp32"
