@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
@@ -46,7 +47,8 @@ class SynBenchConfig:
       dropped (pseudo-inverse); eig_tol_mode: "absolute" (official: cut-off = eig_tol = 1e-6, depends on the
       feature scale; refused with a ValueError naming the fix when it would drop more than 1 % of the feature
       variance) | "relative" (cut-off = eig_tol·λ_max, scale-invariant; warns beyond 1 %).
-    sample_on_device: draw samples with a generator on the feature device (faster on GPUs; other numbers).
+    sample_on_device: deprecated, no effect (True warns). Samples are always drawn on the feature device from
+      counter-based Philox streams that give the same numbers on every device (src/synbench/sampling.py).
     linalg_threads: torch CPU threads for everything except ``feature_fn`` (sampling, statistics, eigh, ε
       solves; forwards keep the caller's setting). 1 (default) is robust on busy CPUs, None leaves torch's
       setting; see :func:`src.synbench.bayes.torch_threads`.
@@ -110,6 +112,13 @@ class SynBenchConfig:
                 raise ValueError(f"{name} must be one of {allowed}, got {getattr(self, name)!r}")
         if not 0.0 < self.class_prior < 1.0:
             raise ValueError(f"class_prior must lie in (0, 1), got {self.class_prior}")
+        if self.sample_on_device:
+            warnings.warn(
+                "SynBenchConfig(sample_on_device=True) is deprecated and has no effect: samples are always drawn on "
+                "the feature device, identical on CPU and GPU (Philox streams); drop the option",
+                DeprecationWarning,
+                stacklevel=3,
+            )
         if self.linalg_threads is not None and self.linalg_threads < 1:
             raise ValueError("linalg_threads must be None or >= 1")
         if self.batch_size < 1 or self.chunk_size < 1 or self.seed < 0:

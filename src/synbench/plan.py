@@ -185,8 +185,8 @@ class SamplingPlan:
         device: Any = "cpu",
     ) -> SamplingPlan:
         """The plan of ``cfg`` for samples of ``input_shape`` (any rank: (d,), (C, H, W), …; see the module
-        docstring); ``device`` is where samples are drawn (the feature device with ``cfg.sample_on_device``, else
-        the CPU: the caller decides)."""
+        docstring); ``device`` is where samples are drawn (the caller passes the feature device: the chunks' Philox
+        streams give the same samples everywhere)."""
         shape = check_input_shape(input_shape)
         check_normalization_shape(cfg.normalization, shape)
         channels = channel_layout(shape)[0]

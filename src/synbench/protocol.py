@@ -39,7 +39,7 @@ from .plan import SamplingPlan, reference_prior
 Tensor = torch.Tensor
 F64 = torch.float64
 
-__all__ = ["ProtocolStatistics", "run_protocol", "make_extract", "frozen"]
+__all__ = ["ProtocolStatistics", "run_protocol", "make_extract", "frozen", "draw_ahead"]
 
 
 @dataclass
@@ -120,6 +120,42 @@ def make_extract(
     return extract
 
 
+def draw_ahead(
+    batches: Iterator[tuple[Tensor, Tensor]], threads: int | None = None, device: Any = "cpu"
+) -> Iterator[tuple[Tensor, Tensor]]:
+    """The batches of ``batches`` (one shard's sample batches), drawn with ``threads`` torch CPU threads (None:
+    unchanged) and, on CUDA, one batch ahead on a side stream: batch k + 1 is enqueued before batch k is handed to
+    the caller, so its draw runs on the GPU while batch k's forwards do. The caller's stream waits for the side
+    stream before it uses a batch (``wait_stream``) and ``record_stream`` keeps the batch's memory from being reused
+    until the caller's work on it has run. The order and content of the batches never change (each is the same
+    counter-based draw), so every rank still draws exactly its own chunks. On the CPU the batch is drawn in the
+    caller's thread (the Philox blocks already use every thread; a prefetch thread would only compete with the
+    forwards for the same cores)."""
+
+    def draw() -> tuple[Tensor, Tensor] | None:
+        with torch_threads(threads):
+            return next(batches, None)
+
+    dev = torch.device(device)
+    if dev.type != "cuda":
+        while (batch := draw()) is not None:
+            yield batch
+        return
+    main = torch.cuda.current_stream(dev)
+    side = torch.cuda.Stream(dev)
+    side.wait_stream(main)  # inputs the caller prepared before the loop (factor, affine) are ready
+    with torch.cuda.stream(side):
+        ahead = draw()
+    while ahead is not None:
+        main.wait_stream(side)
+        for t in ahead:
+            t.record_stream(main)
+        batch = ahead
+        with torch.cuda.stream(side):
+            ahead = draw()
+        yield batch
+
+
 class _Failure:
     """The first error of this process and the collective check that turns any process's failure into an
     exception on every process at the same collective."""
@@ -179,10 +215,11 @@ def run_protocol(
     fail = _Failure(world)
     dim = 0
     dev = torch.device(device)
+    threads = torch.get_num_threads()  # sampling uses the caller's threads, the algebra ``linalg_threads``
     t_start = time.perf_counter()
     with torch_threads(cfg.linalg_threads):
         for i, s in enumerate(plan.s_values):
-            train = plan.batches(s, "train", shard)
+            train = draw_ahead(plan.batches(s, "train", shard), threads, dev)
             first: tuple[Tensor, Tensor] | None = None
             with fail.guard():
                 batch = next(train, None)
@@ -251,7 +288,7 @@ def run_protocol(
                     class_prior=tau,
                 )
                 del total
-                for x, y in plan.batches(s, "test", shard):
+                for x, y in draw_ahead(plan.batches(s, "test", shard), threads, dev):
                     part = test_statistics(extract(x), y, clf)
                     ts = ts + TestStats(*(t.cpu() for t in part))
                     progress(len(y))

@@ -50,8 +50,10 @@ def _progress(enabled: bool, total: int) -> Iterator[Callable[[int], None]]:
 
 
 def sampling_device(cfg: SynBenchConfig, device: Any) -> torch.device:
-    """Where samples are drawn: the feature device with ``sample_on_device``, else the CPU."""
-    return torch.device(device) if cfg.sample_on_device else torch.device("cpu")
+    """Where samples are drawn: the feature device. The chunks' Philox streams give the same samples on every device
+    (:mod:`src.synbench.sampling`), so drawing where the features are computed costs no reproducibility and saves the
+    host-to-device copy; ``cfg.sample_on_device`` is deprecated and has no effect."""
+    return torch.device(device)
 
 
 def synbench(

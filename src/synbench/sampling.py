@@ -7,10 +7,14 @@ over channels with a banded Toeplitz block over the flattened values of each cha
 §4.4: heptadiagonal for a band of 4 values). Channels (:func:`channel_layout`): axis 0 of (C, H, W) and of every
 other rank ≥ 2; a flat vector (d,) is one channel of d values.
 
-Reproducibility: samples come in fixed chunks of ``chunk_size``; chunk c of split ("train"/"test") at s is
-drawn by a torch.Generator seeded from SeedSequence((seed, round(s·1e6), split, c)). Sample i is therefore
-the same whatever the batch size, the number of samples requested, or the other s values on the grid
-(counter-based). The generator lives on ``device``, so CPU and CUDA streams differ.
+Reproducibility: samples come in fixed chunks of ``chunk_size``; chunk c of split ("train"/"test") at s is drawn
+from the Philox-4x32-10 stream (Salmon et al., "Parallel random numbers: as easy as 1, 2, 3", SC 2011,
+doi:10.1145/2063384.2063405; :mod:`src.utils.philox`) keyed by :func:`chunk_key` = stream_key(seed, round(s·1e6),
+split, c): the noise is normals 0 … B·d − 1 of the stream (Box–Muller in float64, then ``dtype``), the labels are
+uniforms at words 2⁶¹ … 2⁶¹ + B − 1. Sample i is therefore the same whatever the batch size, the number of samples
+requested, the other s values on the grid, the thread count, the process count, and the device (the integer words
+are bit-identical everywhere; the normals up to a rare last-ulp difference of a device's float64 log/cos/sin that
+survives the float32 cast). Samples are drawn on ``device`` (the feature device), so nothing is copied.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ import torch
 from scipy.linalg import LinAlgError, cho_solve_banded, cholesky_banded
 
 from ..utils.numerics import seed_word
+from ..utils.philox import normal, stream_key, uniform
 
 Tensor = torch.Tensor
 SPLITS = {"train": 0, "test": 1}
@@ -38,12 +43,30 @@ def channel_layout(input_shape: Sequence[int]) -> tuple[int, int]:
     return shape[0], math.prod(shape[1:])
 
 
-def chunk_seed(seed: int, s: float, split: str, chunk: int) -> int:
-    """63-bit seed of one chunk: the low 63 bits of :func:`~src.utils.numerics.seed_word` (the project's one seed
-    hash) of (seed, round(s · 10⁶), split, chunk)."""
+LABEL_OFFSET = 1 << 61  # first word of a chunk's labels in its stream (the noise uses words below B·d + 1)
+
+
+def _chunk_words(seed: int, s: float, split: str, chunk: int) -> tuple[int, int, int, int]:
+    """The words naming one chunk: (seed, round(s · 10⁶), split index, chunk); ValueError for a negative seed or s,
+    an unknown split."""
     if seed < 0 or s < 0:
         raise ValueError("seed and s must be >= 0")
-    return seed_word(int(seed), int(round(s * 1e6)), SPLITS[split], int(chunk)) & ((1 << 63) - 1)
+    if split not in SPLITS:
+        raise ValueError(f"split must be one of {sorted(SPLITS)}, got {split!r}")
+    return int(seed), int(round(s * 1e6)), SPLITS[split], int(chunk)
+
+
+def chunk_key(seed: int, s: float, split: str, chunk: int) -> tuple[int, int]:
+    """Philox key of one chunk: :func:`~src.utils.philox.stream_key` (the project's one seed hash,
+    :func:`~src.utils.numerics.seed_word`, split into two 32-bit words) of (seed, round(s · 10⁶), split, chunk)."""
+    return stream_key(*_chunk_words(seed, s, split, chunk))
+
+
+def chunk_seed(seed: int, s: float, split: str, chunk: int) -> int:
+    """63-bit seed of one chunk: the low 63 bits of :func:`~src.utils.numerics.seed_word` of (seed, round(s · 10⁶),
+    split, chunk) — the same 64-bit word as :func:`chunk_key`. Kept for callers that seed their own generator;
+    SynBench itself draws from the Philox stream of :func:`chunk_key`."""
+    return seed_word(*_chunk_words(seed, s, split, chunk)) & ((1 << 63) - 1)
 
 
 def banded_cholesky(band: Sequence[float], n: int) -> Tensor:
@@ -105,16 +128,16 @@ def sample_chunk(
 
     ``input_shape``: any shape of positive sizes, channels as :func:`channel_layout`. ``factor``: banded Cholesky
     factor for Gaussian-H over the values of one channel (None: Σ = I). ``channel_affine`` = (scale, shift), each
-    (C,): returns scale_c·x + shift_c instead of x (normalisation folded into sampling, two passes).
+    (C,): returns scale_c·x + shift_c instead of x (normalisation folded into sampling, two passes). Drawn on
+    ``device`` from the chunk's Philox stream (module docstring) with ``torch.get_num_threads()`` CPU threads.
     """
     if not 0.0 < class_prior < 1.0:
         raise ValueError(f"class_prior must lie in (0, 1), got {class_prior}")
     shape = tuple(int(v) for v in input_shape)
     d = math.prod(shape)
-    g = torch.Generator(device=device)
-    g.manual_seed(chunk_seed(seed, s, split, chunk))
-    y = (torch.rand(chunk_size, generator=g, device=device) < class_prior).long()
-    x = torch.randn((chunk_size, *shape), generator=g, device=device, dtype=dtype)
+    key = chunk_key(seed, s, split, chunk)
+    y = (uniform(key, chunk_size, offset=LABEL_OFFSET, device=device, dtype=torch.float64) < class_prior).long()
+    x = normal(key, (chunk_size, *shape), device=device, dtype=dtype)
     per_channel = x.view(chunk_size, *channel_layout(shape))  # (B, C, values per channel): a view of x
     if factor is not None:
         per_channel = apply_banded_factor(per_channel, factor)

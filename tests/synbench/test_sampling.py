@@ -105,3 +105,94 @@ def test_channel_affine_folded_into_sampling():
     torch.testing.assert_close(xa, x * scale.view(3, 1, 1) + shift.view(3, 1, 1), rtol=4 * u32, atol=4 * u32 * 20)
     with pytest.raises(ValueError):
         sample_chunk(0, class_prior=1.0, **kw)
+
+
+def test_chunk_is_the_chunks_philox_stream():
+    """Chunk c = normals of stream chunk_key(seed, s, split, c) (+ the mean), labels = uniforms at LABEL_OFFSET;
+    chunk_seed keeps the same 64-bit seed word."""
+    from src.synbench.sampling import LABEL_OFFSET, chunk_key, chunk_seed
+    from src.utils.numerics import seed_word
+    from src.utils.philox import normal, stream_key, uniform
+
+    kw = dict(s=2.0, input_shape=(3, 4, 4), seed=7, split="test", chunk_size=16, mean_offset=0.0)
+    x, y = sample_chunk(3, **kw)
+    key = chunk_key(7, 2.0, "test", 3)
+    assert key == stream_key(7, 2_000_000, 1, 3)
+    assert torch.equal(y, (uniform(key, 16, offset=LABEL_OFFSET, dtype=torch.float64) < 0.5).long())
+    mean = (2.0 * y.float() - 1.0) * (2.0 / math.sqrt(48))
+    assert torch.equal(x, normal(key, (16, 3, 4, 4)) + mean.view(16, 1, 1, 1))
+    assert chunk_seed(7, 2.0, "test", 3) == seed_word(7, 2_000_000, 1, 3) & (2**63 - 1)
+    assert key == (seed_word(7, 2_000_000, 1, 3) & 0xFFFFFFFF, seed_word(7, 2_000_000, 1, 3) >> 32)
+    with pytest.raises(ValueError, match="split"):
+        chunk_key(0, 1.0, "val", 0)
+
+
+def test_chunk_independent_of_threads_and_of_the_device_code_path(monkeypatch):
+    """The same chunk with 1 and 2 threads, and through the one-piece path a GPU takes (BLOCK beyond the chunk):
+    bit-identical (every word is exact integer arithmetic, the float stage is the same eager ops per value)."""
+    from src.utils import philox
+
+    kw = dict(s=0.7, input_shape=(3, 32, 32), seed=1, split="train", chunk_size=64)
+    prev = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one = sample_chunk(2, **kw)
+        torch.set_num_threads(2)
+        two = sample_chunk(2, **kw)
+    finally:
+        torch.set_num_threads(prev)
+    monkeypatch.setattr(philox, "BLOCK", 1 << 40)
+    piece = sample_chunk(2, **kw)
+    for a, b in ((one, two), (one, piece)):
+        assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+
+
+def test_labels_follow_the_class_prior():
+    """4096 labels with τ = 0.3: the count is Binomial(4096, 0.3), sd √(4096·0.21) ≈ 29.3; 6 sd ≈ 176."""
+    _, y = sample(4096, s=1.0, input_shape=(2,), seed=3, split="train", chunk_size=256, class_prior=0.3)
+    assert abs(int(y.sum()) - 0.3 * 4096) < 6 * math.sqrt(4096 * 0.21)
+
+
+def test_sample_on_device_is_deprecated_and_has_no_effect():
+    from src.synbench.config import SynBenchConfig
+    from src.synbench.runner import sampling_device
+
+    with pytest.warns(DeprecationWarning, match="sample_on_device"):
+        cfg = SynBenchConfig(sample_on_device=True)
+    assert sampling_device(cfg, "cpu") == sampling_device(SynBenchConfig(), "cpu") == torch.device("cpu")
+
+
+def test_draw_ahead_keeps_the_batches_and_restores_threads():
+    from src.synbench.config import SynBenchConfig
+    from src.synbench.plan import SamplingPlan
+    from src.synbench.protocol import draw_ahead
+    from src.utils.distributed import Shard
+
+    cfg = SynBenchConfig(s_values=(1.0,), n_train=300, n_test=10, batch_size=128, chunk_size=64)
+    plan = SamplingPlan.from_config(cfg, (3, 4, 4))
+    prev = torch.get_num_threads()
+    for shard in (Shard(), Shard(1, 2)):
+        ref = list(plan.batches(1.0, "train", shard))
+        got = list(draw_ahead(plan.batches(1.0, "train", shard), 1, "cpu"))
+        assert len(got) == len(ref) and all(torch.equal(a[0], b[0]) for a, b in zip(got, ref))
+    assert torch.get_num_threads() == prev
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_chunk_equals_cpu_chunk():
+    """Labels bit-identical; noise equal except where a device's float64 log/cos/sin differs from the CPU's in the
+    last ulp and that survives the float32 cast (rare: each such value moves by one float32 ulp, ≤ 2⁻²¹ at |z| < 8)."""
+    from src.synbench.config import SynBenchConfig
+    from src.synbench.plan import SamplingPlan
+    from src.synbench.protocol import draw_ahead
+
+    kw = dict(s=0.7, input_shape=(3, 32, 32), seed=1, split="train", chunk_size=256)
+    xc, yc = sample_chunk(5, **kw)
+    xg, yg = sample_chunk(5, device="cuda", **kw)
+    assert torch.equal(yc, yg.cpu())
+    assert float((xc != xg.cpu()).double().mean()) < 1e-3 and float((xc - xg.cpu()).abs().max()) < 2.0**-20
+    plan = SamplingPlan.from_config(SynBenchConfig(n_train=600, batch_size=256), (3, 8, 8), device="cuda")
+    ref = list(plan.batches(1.0, "train"))
+    got = list(draw_ahead(plan.batches(1.0, "train"), None, "cuda"))
+    torch.cuda.synchronize()
+    assert all(torch.equal(a[0], b[0]) and torch.equal(a[1], b[1]) for a, b in zip(got, ref))
