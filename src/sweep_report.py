@@ -6,7 +6,9 @@ Reads every job folder ``<multirun dir>/<job>/`` holding ``metrics.json`` (writt
 them (``higher_is_better``, :func:`src.callbacks.metric_direction`); a name without one takes ``--direction
 name=max``. The chosen configuration: among the front's points whose second metric passes ``--floor`` (at least it
 for a maximised metric, at most for a minimised one), the one best on the first metric; without ``--floor``, the
-knee: the front point nearest the ideal corner after scaling both metrics to [0, 1] over the front. Writes
+knee: the front point nearest the ideal corner after scaling both metrics to [0, 1] over the front. ``--limit
+name=value`` (the worst acceptable value of a metric) and the trials OptunaPruning stopped (``pruned_epoch``) keep
+trials off the front; they stay in the table. Writes
 ``sweep_report.md``, ``.csv``, ``.json`` and ``pareto.png`` through :class:`src.utils.report_writer.Report`.
 """
 
@@ -20,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from .callbacks.checkpointing import metric_direction
+from .utils import pareto as _pareto
 from .utils.report_writer import Report
 
 __all__ = ["choose", "load_trials", "main", "pareto_front", "run", "sweep_report"]
@@ -51,7 +54,9 @@ def load_trials(multirun_dir: str | Path) -> list[dict[str, Any]]:
         if not isinstance(metrics, Mapping):
             raise ValueError(f"{job / 'metrics.json'}: no 'metrics' mapping (write it with python -m src.train)")
         pairs = [o.split("=", 1) for o in _overrides(job)]
-        rows.append({"job": job.name, "overrides": {p[0]: p[1] if len(p) > 1 else "" for p in pairs}, **metrics})
+        overrides = {p[0]: p[1] if len(p) > 1 else "" for p in pairs}
+        pruned = payload.get("pruned_epoch")  # OptunaPruning stopped the run (a collapsed trial): not a finished trial
+        rows.append({"job": job.name, "overrides": overrides, "pruned_epoch": pruned, **metrics})
     if not rows:
         raise FileNotFoundError(
             f"no job folder of {root} holds a metrics.json; is it a multirun folder of python -m src.train -m ...?"
@@ -59,21 +64,11 @@ def load_trials(multirun_dir: str | Path) -> list[dict[str, Any]]:
     return rows
 
 
-def _better(a: float, b: float, mode: str) -> bool:
-    return a > b if mode == "max" else a < b
-
-
-def pareto_front(points: Sequence[tuple[float, float]], modes: tuple[str, str]) -> list[int]:
-    """Indices of the non-dominated points (no other point at least as good on both and better on one), in input
-    order. Non-finite points are never on the front."""
-    ok = [i for i, p in enumerate(points) if all(math.isfinite(v) for v in p)]
-
-    def dominates(j: int, i: int) -> bool:
-        pj, pi = points[j], points[i]
-        no_worse = all(not _better(pi[k], pj[k], modes[k]) for k in range(2))
-        return no_worse and any(_better(pj[k], pi[k], modes[k]) for k in range(2))
-
-    return [i for i in ok if not any(dominates(j, i) for j in ok if j != i)]
+def pareto_front(
+    points: Sequence[tuple[float, float]], modes: tuple[str, str], limits: Sequence[float | None] | None = None
+) -> list[int]:
+    """Indices of the acceptable points no other acceptable point dominates (:func:`src.utils.pareto.pareto_front`)."""
+    return _pareto.pareto_front(points, modes, limits)
 
 
 def choose(
@@ -81,8 +76,10 @@ def choose(
 ) -> tuple[int, str]:
     """(index, rule) of the chosen front point: best first metric among those whose second passes ``floor``, else
     (no floor) the knee. A ValueError when no front point passes the floor."""
+    if not front:
+        raise ValueError("the Pareto front is empty: no trial is finished, finite and within the limits")
     if floor is not None:
-        passing = [i for i in front if not _better(floor, points[i][1], modes[1])]  # at least as good as the floor
+        passing = [i for i in front if not _pareto.better(floor, points[i][1], modes[1])]  # at least the floor
         if not passing:
             raise ValueError(f"no Pareto point has its second metric {'>=' if modes[1] == 'max' else '<='} {floor}")
         best = max(passing, key=lambda i: points[i][0] if modes[0] == "max" else -points[i][0])
@@ -108,23 +105,36 @@ def sweep_report(
     y: str,
     directions: Mapping[str, str] | None = None,
     floor: float | None = None,
+    limits: Mapping[str, float] | None = None,
 ) -> Report:
-    """The :class:`Report` of a multirun folder: trials (rows), Pareto front of ``x`` and ``y``, chosen job."""
+    """The :class:`Report` of a multirun folder: trials (rows), Pareto front of ``x`` and ``y``, chosen job.
+
+    ``limits``: the worst acceptable value of ``x`` and/or ``y`` ({name: value}); trials beyond a limit, and trials
+    OptunaPruning stopped (``pruned_epoch`` in metrics.json), are listed but neither on the front nor chosen."""
     trials = load_trials(multirun_dir)
     modes = (metric_direction(x, directions), metric_direction(y, directions))
+    limits = dict(limits or {})
+    unknown = sorted(set(limits) - {x, y})
+    if unknown:
+        raise KeyError(f"limits name {unknown}, which are not the report's metrics {x!r} and {y!r}")
     missing = [t["job"] for t in trials if x not in t or y not in t]
     if missing:
         raise KeyError(f"jobs {missing} did not log {x!r} and {y!r}; pick metrics every job's metrics.json holds")
     points = [(float(t[x]), float(t[y])) for t in trials]
-    front = pareto_front(points, modes)
+    nan = (float("nan"), float("nan"))
+    finished = [p if t.get("pruned_epoch") is None else nan for t, p in zip(trials, points)]
+    front = pareto_front(finished, modes, (limits.get(x), limits.get(y)))
     chosen, rule = choose(points, front, modes, floor)
-    keys = sorted({k for t in trials for k in t["overrides"]})
+    # the overrides that differ between trials (hparams_search=..., paths.log_dir=... are the same in all)
+    keys = sorted(
+        k for k in {k for t in trials for k in t["overrides"]} if len({t["overrides"].get(k) for t in trials}) > 1
+    )
     rows = [
         {"job": t["job"], **{k: t["overrides"].get(k, "") for k in keys}, x: points[i][0], y: points[i][1],
-         "pareto": i in front, "chosen": i == chosen}
+         "pruned_epoch": t.get("pruned_epoch"), "pareto": i in front, "chosen": i == chosen}
         for i, t in enumerate(trials)
     ]  # fmt: skip
-    head = ["job", *keys, f"{x} ({modes[0]})", f"{y} ({modes[1]})", "pareto", "chosen"]
+    head = ["job", *keys, f"{x} ({modes[0]})", f"{y} ({modes[1]})", "pruned", "pareto", "chosen"]
     lines = [f"# Sweep report: {Path(multirun_dir)}", "", "| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
     for r in rows:
         cells = [
@@ -132,10 +142,20 @@ def sweep_report(
             *(str(r[k]) for k in keys),
             f"{r[x]:.4g}",
             f"{r[y]:.4g}",
+            "" if r["pruned_epoch"] is None else f"epoch {r['pruned_epoch']}",
             "yes" if r["pareto"] else "",
             "**chosen**" if r["chosen"] else "",
         ]
         lines.append("| " + " | ".join(cells) + " |")
+    if limits:
+        lines += [
+            "",
+            "Limits (worst acceptable values): "
+            + ", ".join(
+                f"{k} {'>=' if (modes[0] if k == x else modes[1]) == 'max' else '<='} {v}" for k, v in limits.items()
+            )
+            + ".",
+        ]
     lines += [
         "",
         f"Chosen: `{trials[chosen]['job']}` ({' '.join(f'{k}={v}' for k, v in trials[chosen]['overrides'].items())}); rule: {rule}.",
@@ -160,7 +180,7 @@ def sweep_report(
         return {"pareto.png": fig}
 
     data = {"multirun_dir": str(multirun_dir), "metrics": [x, y], "modes": list(modes), "front": [trials[i]["job"] for i in front],
-            "chosen": trials[chosen], "rule": rule, "trials": trials}  # fmt: skip
+            "chosen": trials[chosen], "rule": rule, "limits": limits, "trials": trials}  # fmt: skip
     return Report("sweep_report", rows, "\n".join(lines), data, figures=figures)
 
 
@@ -169,6 +189,17 @@ def _direction(text: str) -> tuple[str, str]:
     if not name or mode not in ("max", "min"):
         raise argparse.ArgumentTypeError(f"--direction takes name=max or name=min, got {text!r}")
     return name, mode
+
+
+def _limit(text: str) -> tuple[str, float]:
+    name, _, value = text.rpartition("=")
+    try:
+        number = float(value)
+    except ValueError:
+        number = float("nan")
+    if not name or not math.isfinite(number):
+        raise argparse.ArgumentTypeError(f"--limit takes name=<finite number>, e.g. val/utility=0.8, got {text!r}")
+    return name, number
 
 
 def run(argv: Sequence[str] | None = None) -> Path:
@@ -184,10 +215,19 @@ def run(argv: Sequence[str] | None = None) -> Path:
         default=[],
         help="name=max|min for a metric without a direction",
     )
-    ap.add_argument("--floor", type=float, default=None, help="bound on the second metric; default: the knee")
+    ap.add_argument(
+        "--floor", type=float, default=None, help="choose the best --x among front points with --y at least this good"
+    )
+    ap.add_argument(
+        "--limit",
+        type=_limit,
+        action="append",
+        default=[],
+        help="name=value: worst acceptable value of --x or --y; trials beyond it are off the front",
+    )
     ap.add_argument("--out", type=Path, default=None, help="output folder (default: <multirun_dir>/sweep_report)")
     args = ap.parse_args(argv)
-    report = sweep_report(args.multirun_dir, args.x, args.y, dict(args.direction), args.floor)
+    report = sweep_report(args.multirun_dir, args.x, args.y, dict(args.direction), args.floor, dict(args.limit))
     out = args.out or args.multirun_dir / "sweep_report"
     report.write(out)
     print(report.markdown)

@@ -305,6 +305,9 @@ def _run_info(cfg: DictConfig, trainer: L.Trainer, run_dir: Path, seconds: float
         "best_score": float(best.best_model_score) if best is not None and best.best_model_score is not None else None,
         "monitor": best.monitor if best is not None else None,
         "last_checkpoint": last,
+        "pruned_epoch": next(  # OptunaPruning stopped the run after this epoch (a collapsed trial); None otherwise
+            (c.pruned_epoch for c in trainer.callbacks if getattr(c, "pruned_epoch", None) is not None), None
+        ),
         "seconds": round(seconds, 1),
     }
 

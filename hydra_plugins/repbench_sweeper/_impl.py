@@ -19,6 +19,8 @@ log = logging.getLogger(__name__)
 
 __all__ = ["FINISHED", "RepBenchOptunaSweeperImpl", "objective_values", "remaining_trials"]
 
+VIOLATION_ATTR = "limit_violations"  # user attribute of a COMPLETE trial: per objective, how far beyond its limit
+
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)  # what n_trials counts (RUNNING: not yet)
 
 
@@ -70,8 +72,49 @@ def _storage_reader(storage: Any) -> optuna.storages.BaseStorage | None:
     return optuna.storages.RDBStorage(storage) if isinstance(storage, str) else storage
 
 
+def _modes(directions: Sequence[Any]) -> tuple[str, ...]:
+    """Optuna's StudyDirection (or "maximize"/"minimize") per objective as the "max"/"min" of repbench.utils.pareto."""
+    names = [getattr(d, "name", str(d)).lower() for d in directions]
+    return tuple("max" if n.startswith("max") else "min" for n in names)
+
+
+class _LimitConstraints:
+    """NSGA-II's ``constraints_func`` for objective limits: a trial's violations (<= 0 feasible). Optuna 2.10 calls
+    it in ``study.tell`` with the trial as it was before the values were stored, so the violations are read from the
+    user attribute the sweeper sets first (computed from the values when a trial has them)."""
+
+    def __init__(self, modes: tuple[str, ...], limits: tuple[float | None, ...]) -> None:
+        self.modes, self.limits = modes, limits
+
+    def __call__(self, trial: optuna.trial.FrozenTrial) -> tuple[float, ...]:
+        from repbench.utils.pareto import limit_violations
+
+        if VIOLATION_ATTR in trial.user_attrs:
+            return tuple(float(v) for v in trial.user_attrs[VIOLATION_ATTR])
+        if trial.values is None:
+            raise ValueError(f"trial {trial.number} has neither values nor {VIOLATION_ATTR!r}")
+        return limit_violations(trial.values, self.modes, self.limits)
+
+
 class RepBenchOptunaSweeperImpl(OptunaSweeperImpl):
-    """Hydra's OptunaSweeperImpl (search space, trial configuration) with RepBench's sweep loop."""
+    """Hydra's OptunaSweeperImpl (search space, trial configuration) with RepBench's sweep loop; ``limits``: the
+    worst acceptable value of each objective (see the config)."""
+
+    def __init__(self, *args: Any, limits: Sequence[float | None] | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.limits = None if limits is None else list(limits)
+
+    def _check_limits(self, directions: Sequence[Any]) -> tuple[float | None, ...]:
+        """One limit per direction (a ValueError naming the fix otherwise); hooks them into an NSGA-II sampler."""
+        from repbench.utils.pareto import check_limits
+
+        limits = check_limits(self.limits, len(directions))
+        if any(v is not None for v in limits) and isinstance(self.sampler, optuna.samplers.NSGAIISampler):
+            if getattr(self.sampler, "_constraints_func", None) is None:
+                # Optuna 2.10 keeps the hook in this attribute (NSGAIISampler(constraints_func=...)); the sampler was
+                # built by Hydra before the directions were known, so the limits are attached here.
+                self.sampler._constraints_func = _LimitConstraints(_modes(directions), limits)
+        return limits
 
     def _configure_trials(
         self,
@@ -117,7 +160,13 @@ class RepBenchOptunaSweeperImpl(OptunaSweeperImpl):
                 _tell(study, trial, TrialState.PRUNED)
                 log.info(f"Trial {trial.number} pruned at epoch {attrs[_pruning_names()[1]]}")
                 return None
-            _tell(study, trial, TrialState.COMPLETE, objective_values(value, n_objectives))
+            values = objective_values(value, n_objectives)
+            if self.limits is not None:
+                from repbench.utils.pareto import limit_violations
+
+                modes = _modes(study.directions)
+                trial.set_user_attr(VIOLATION_ATTR, list(limit_violations(values, modes, tuple(self.limits))))
+            _tell(study, trial, TrialState.COMPLETE, values)
             return None
         except Exception as e:
             _tell(study, trial, TrialState.FAIL)
@@ -128,6 +177,7 @@ class RepBenchOptunaSweeperImpl(OptunaSweeperImpl):
         assert self.config is not None and self.launcher is not None and self.hydra_context is not None
         distributions, fixed = self._search_space(arguments)
         directions = self._get_directions()
+        self._check_limits(directions)
         study = optuna.create_study(
             study_name=self.study_name,
             storage=self.storage,
@@ -163,18 +213,33 @@ class RepBenchOptunaSweeperImpl(OptunaSweeperImpl):
 
     def _results(self, study: optuna.Study) -> dict[str, Any]:
         """optimization_results.yaml: the best trial (one objective) or the Pareto front, over the COMPLETE trials of
-        the whole study; a ValueError when none completed (every trial pruned or failed)."""
+        the whole study within ``limits``; a ValueError when there is none (every trial pruned, failed or beyond a
+        limit)."""
+        from repbench.utils.pareto import check_limits, feasible, pareto_front
+
         counts = {s.name.lower(): len(study.get_trials(deepcopy=False, states=(s,))) for s in FINISHED}
-        if not counts["complete"]:
+        modes = _modes(study.directions)
+        limits = check_limits(self.limits, len(modes))
+        complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+        ok = [t for t in complete if feasible(t.values, modes, limits)]
+        if len(ok) < len(complete):
+            counts["beyond_limits"] = len(complete) - len(ok)
+        if not ok:
+            within = f" within the limits {list(limits)}" if self.limits is not None else ""
+            beyond = "; trials beyond a limit missed hydra.sweeper.limits" if self.limits is not None else ""
+            relax = " or relax the limits" if self.limits is not None else ""
             raise ValueError(
-                f"Study {study.study_name!r}: no COMPLETE trial ({counts}), so no best parameters. Pruned trials "
-                "collapsed below the pruner's threshold (callbacks.optuna_pruning.pruner): narrow hydra.sweeper.params "
-                "or lower the threshold, then run the same command with a larger hydra.sweeper.n_trials"
+                f"Study {study.study_name!r}: no COMPLETE trial{within} ({counts}), so no best parameters. Pruned "
+                f"trials collapsed below the pruner's threshold (callbacks.optuna_pruning.pruner){beyond}: narrow "
+                f"hydra.sweeper.params or lower the threshold{relax}, then run the same command with a larger "
+                "hydra.sweeper.n_trials"
             )
-        if len(study.directions) == 1:
-            best = study.best_trial
+        extra = {"limits": list(limits)} if self.limits is not None else {}
+        if len(modes) == 1:
+            best = max(ok, key=lambda t: t.value if modes[0] == "max" else -t.value)
             log.info(f"Best parameters: {best.params}; best value: {best.value}")
-            return {"name": "optuna", "best_params": best.params, "best_value": best.value, "trials": counts}
-        front = [{"params": t.params, "values": t.values} for t in study.best_trials]
+            return {"name": "optuna", "best_params": best.params, "best_value": best.value, "trials": counts, **extra}
+        front = [ok[i] for i in pareto_front([t.values for t in ok], modes)]
         log.info(f"Number of Pareto solutions: {len(front)}")
-        return {"name": "optuna", "solutions": front, "trials": counts}
+        solutions = [{"number": t.number, "params": t.params, "values": t.values} for t in front]
+        return {"name": "optuna", "solutions": solutions, "trials": counts, **extra}

@@ -178,6 +178,7 @@ def test_c15_resuming_a_finished_run_names_the_problem_and_summary_files(make_cf
     summary = json.loads((out / "metrics.json").read_text())
     assert summary["metrics"]["val/acc"] == pytest.approx(metrics["val/acc"], abs=0.0)
     assert summary["last_checkpoint"].endswith("last.ckpt") and summary["seed"] == cfg.seed
+    assert summary["pruned_epoch"] is None  # no OptunaPruning stopped this run
     assert "| `val/acc` |" in (out / "summary.md").read_text()
     assert not (out / LOCK_NAME).exists()  # released
 

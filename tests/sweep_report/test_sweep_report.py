@@ -17,13 +17,14 @@ TRIALS = {
 }
 
 
-def _multirun(tmp_path):
-    for job, (lam, util, rdr) in TRIALS.items():
+def _multirun(tmp_path, trials=TRIALS, pruned=()):
+    for job, (lam, util, rdr) in trials.items():
         folder = tmp_path / job
         (folder / ".hydra").mkdir(parents=True)
         (folder / ".hydra" / "overrides.yaml").write_text(f"- model.lam={lam}\n- seed=0\n")
         metrics = {"val/utility": util, "val/divergence_radius/mean": rdr}
-        (folder / "metrics.json").write_text(json.dumps({"metrics": metrics, "run_dir": str(folder)}))
+        info = {"run_dir": str(folder), "pruned_epoch": 0 if job in pruned else None}
+        (folder / "metrics.json").write_text(json.dumps({"metrics": metrics, **info}))
     return tmp_path
 
 
@@ -65,3 +66,24 @@ def test_pure_pieces_and_errors(tmp_path):
         sweep_report(_multirun(tmp_path), "val/utility", "val/divergence_radius/mean")
     with pytest.raises(FileNotFoundError, match=r"no job folder .* holds a metrics.json"):
         sweep_report(tmp_path / "0_lam-0" / ".hydra", "val/acc", "val/divergence_radius/mean")
+
+
+def test_limit_and_pruned_trials_leave_the_front(tmp_path):
+    # --limit val/utility=0.8 takes the collapsed lam=0 off the front; the knee is then over lam=1 and lam=10
+    root = _multirun(tmp_path)
+    out = run([str(root), "--x", "val/utility", "--direction", "val/utility=max", "--limit", "val/utility=0.8"])
+    data = json.loads((out / "sweep_report.json").read_text())
+    assert data["front"] == ["1_lam-1", "2_lam-10"] and data["limits"] == {"val/utility": 0.8}
+    assert "seed" not in (out / "sweep_report.csv").read_text().splitlines()[0]  # same in every trial: not a column
+    # a trial OptunaPruning stopped is listed as pruned, never on the front, even when it looks best
+    trials = {**TRIALS, "4_lam-5": ("5", 0.99, 0.001)}
+    report = sweep_report(
+        _multirun(tmp_path / "p", trials, pruned={"4_lam-5"}), "val/utility", "val/divergence_radius/mean",
+        {"val/utility": "max"},
+    )  # fmt: skip
+    assert "4_lam-5" not in report.data["front"] and report.rows[-1]["pruned_epoch"] == 0
+    assert "| epoch 0 |" in report.markdown
+    with pytest.raises(KeyError, match=r"limits name \['val/acc'\], which are not the report's metrics"):
+        sweep_report(root, "val/utility", "val/divergence_radius/mean", {"val/utility": "max"}, limits={"val/acc": 1})
+    with pytest.raises(SystemExit):
+        run([str(root), "--limit", "val/utility=high"])

@@ -182,3 +182,68 @@ def test_sweep_job_hparams_and_metrics_reach_tensorboard(tmp_path) -> None:
     experiment = next(c.experiment for c in content.values() if c.HasField("experiment"))
     assert [m.name.tag for m in experiment.metric_infos] == ["val/synbench/score"]
     assert acc.Scalars("val/synbench/score")[0].value == pytest.approx(0.7, rel=1e-7)  # float32 in the event file
+
+
+class TradeOffLauncher(FakeLauncher):
+    """Two objectives of a robust fine-tune as a function of lam: utility = lam / (1 + lam) (0 at lam = 0: the
+    collapsed student), R_dr = 0.2 * utility (lower is more robust). Every point is on the trade-off, so without a
+    limit lam = 0 (lowest R_dr) is on the Pareto front."""
+
+    def _job(self, overrides: tuple[str, ...]) -> list[float]:
+        lam = float(dict(o.split("=", 1) for o in overrides)["lam"])
+        utility = lam / (1.0 + lam)
+        return [utility, 0.2 * utility]
+
+
+def _pareto_sweeper(storage: str, tmp_path: Path, limits, sampler=None):
+    sampler = sampler or optuna.samplers.GridSampler({"lam": [0.0, 1.0, 3.0, 10.0]})
+    sw = RepBenchOptunaSweeperImpl(
+        sampler, ["maximize", "minimize"], storage, "s", 4, 1, 0.0, None, None, None, limits=limits
+    )
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    sw.config = OmegaConf.create({"hydra": {"sweep": {"dir": str(tmp_path)}}})
+    sw.launcher, sw.hydra_context, sw.job_idx = TradeOffLauncher(), object(), 0
+    return sw
+
+
+@pytest.mark.parametrize("limits", [None, [0.6, None]])
+def test_utility_limit_keeps_the_collapsed_point_off_the_front(tmp_path, limits) -> None:
+    storage = sqlite_url(str(tmp_path / "s.db"))
+    _pareto_sweeper(storage, tmp_path, limits).sweep(["lam=choice(0.0,1.0,3.0,10.0)"])
+    results = OmegaConf.load(tmp_path / "optimization_results.yaml")
+    lams = sorted(s.params.lam for s in results.solutions)
+    if limits is None:
+        assert lams == [0.0, 1.0, 3.0, 10.0]  # every point trades utility for R_dr: all non-dominated
+        assert "limits" not in results and "beyond_limits" not in results.trials
+    else:  # utility 0 (lam 0) and 0.5 (lam 1) are below 0.6; 0.75 (lam 3) and 0.909 (lam 10) pass
+        assert lams == [3.0, 10.0] and results.trials.beyond_limits == 2 and results.limits == [0.6, None]
+        violations = {t.params["lam"]: t.user_attrs["limit_violations"] for t in _trials(storage)}
+        assert violations[0.0] == pytest.approx([0.6, 0.0], abs=1e-12)  # limit - utility for a maximised objective
+        assert violations[10.0][0] < 0 and violations[10.0][1] == 0.0
+
+
+def test_limits_reach_nsga2_as_constraints(tmp_path) -> None:
+    """NSGA-II ranks infeasible trials below feasible ones through Optuna's constraints_func; Optuna 2.10 calls it
+    before the trial's values are stored, so it reads the violations the sweeper set as a user attribute."""
+    storage = sqlite_url(str(tmp_path / "s.db"))
+    sampler = optuna.samplers.NSGAIISampler(seed=0, population_size=2)
+    sw = _pareto_sweeper(storage, tmp_path, [0.6, None], sampler=sampler)
+    sw.sweep(["lam=choice(0.0,1.0,3.0,10.0)"])
+    trials = [t for t in _trials(storage) if t.state == TrialState.COMPLETE]
+    assert trials and all(
+        t.system_attrs["nsga2:constraints"] == pytest.approx(t.user_attrs["limit_violations"]) for t in trials
+    )
+
+
+def test_limits_are_checked_against_the_directions(tmp_path) -> None:
+    storage = sqlite_url(str(tmp_path / "s.db"))
+    with pytest.raises(ValueError, match=r"limits \[0.6\] has 1 entries for 2 objectives.*null"):
+        _pareto_sweeper(storage, tmp_path, [0.6]).sweep(["lam=choice(0.0,1.0)"])
+    with pytest.raises(ValueError, match=r"limit 'high' is not a finite number"):
+        _pareto_sweeper(storage, tmp_path, ["high", None]).sweep(["lam=choice(0.0,1.0)"])
+
+
+def test_no_trial_within_the_limits_is_an_error(tmp_path) -> None:
+    storage = sqlite_url(str(tmp_path / "s.db"))
+    with pytest.raises(ValueError, match=r"no COMPLETE trial within the limits \[0.99, None\].*'beyond_limits': 4"):
+        _pareto_sweeper(storage, tmp_path, [0.99, None]).sweep(["lam=choice(0.0,1.0,3.0,10.0)"])
