@@ -105,7 +105,7 @@ def part_forward(args) -> None:
         "engine channels_last b512": FeatureExtractor(bb.embed, max_batch=512),
     }
     if args.autocast:
-        variants[f"engine {args.autocast} autocast"] = FeatureExtractor(bb.embed, autocast=args.autocast)
+        variants[f"engine {args.autocast}"] = FeatureExtractor(bb.embed, precision=args.autocast)
     notes: dict[str, str] = {}
     if args.compile:
         ext = FeatureExtractor(bb.embed, compile=True)
@@ -287,6 +287,63 @@ def part_scores(args) -> None:
     print(f"load after {loadavg()}")
 
 
+def precision_effect(
+    backbone: str = "timm:vit_base_patch16_224",
+    device: str = "cuda",
+    seeds: tuple[int, ...] = (0, 1, 2),
+    precisions: tuple[str, ...] = ("fp32", "tf32", "bf16"),
+    full: bool = True,
+    eps: tuple[float, ...] = (0.0, 0.2, 0.4),
+    a_T: float = 0.7,
+) -> dict:
+    """The effect of each extractor precision on SynBench scores, in Monte Carlo standard errors (for the lead's GPU
+    run; issue 17 item 3). For every seed, SynBench runs once per precision on the SAME samples (same seed), so
+    score_p − score_fp32 is the precision's effect alone; the seed-to-seed standard deviation of the fp32 score is
+    the Monte Carlo standard error of one run at this budget (``full``: the official 49 s values × (2048 + 2048)
+    images; else the reduced budget). Returns {"sd": {eps: sd}, "effect": {p: {eps: mean paired diff}},
+    "effect_in_se": {p: {eps: diff / sd}}, "seconds": {p: mean wall}, "scores": {(p, seed): {eps: score}}}."""
+    import statistics
+
+    import torch
+
+    from src.backbones import create_backbone
+    from src.synbench import SynBenchConfig, synbench
+
+    bb = create_backbone(backbone, pretrained=False).to(device).eval()
+    size = tuple(getattr(bb, "input_size", (3, 224, 224)))
+    base = {} if full else {"s_values": (0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0, 4.5), "n_test": 1024}
+    scores, seconds = {}, {p: [] for p in precisions}
+    for seed in seeds:
+        for p in precisions:
+            if device.startswith("cuda"):
+                torch.cuda.synchronize()
+            t = time.perf_counter()
+            res = synbench(
+                bb.embed, input_shape=size, config=SynBenchConfig(seed=seed, **base), device=device,
+                extractor={"precision": p},
+            )  # fmt: skip
+            seconds[p].append(time.perf_counter() - t)
+            scores[(p, seed)] = {e: float(res.score(e, a_T)) for e in eps}
+    sd = {e: statistics.stdev(scores[("fp32", s)][e] for s in seeds) if len(seeds) > 1 else float("nan") for e in eps}
+    effect = {
+        p: {e: statistics.fmean(scores[(p, s)][e] - scores[("fp32", s)][e] for s in seeds) for e in eps}
+        for p in precisions
+    }
+    out = {
+        "sd": sd,
+        "effect": effect,
+        "effect_in_se": {p: {e: effect[p][e] / sd[e] if sd[e] > 0 else float("nan") for e in eps} for p in effect},
+        "seconds": {p: statistics.fmean(v) for p, v in seconds.items()},
+        "scores": scores,
+    }
+    print(f"precision effect on SynBench-Score (a_T = {a_T}), {backbone} on {device}, seeds {list(seeds)}")
+    for p in precisions:
+        cells = " ".join(f"eps={e:g}: {effect[p][e]:+.4f} ({out['effect_in_se'][p][e]:+.2f} SE)" for e in eps)
+        print(f"  {p:5s} {out['seconds'][p]:7.1f} s  {cells}")
+    print("  seed-to-seed SD (fp32): " + " ".join(f"eps={e:g}: {sd[e]:.4f}" for e in eps))
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--part", choices=["all", "forward", "allocator", "synbench", "scores", "worker"], default="all")
@@ -296,7 +353,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--pairs", type=int, default=2)
     ap.add_argument("--compile", action="store_true", help="forward: add torch.compile (tens of seconds to compile)")
-    ap.add_argument("--autocast", choices=["bf16", "fp16"], default=None)
+    ap.add_argument("--autocast", choices=["bf16", "fp16"], default=None, help="deprecated: the extractor's precision")
     ap.add_argument("--seeds", type=int, nargs="+", default=[12, 13])
     ap.add_argument("--work", choices=["bare", "engine"], default="bare", help=argparse.SUPPRESS)
     ap.add_argument("--cli-overrides", nargs="*", default=[], help="extra Hydra overrides for the synbench CLI")

@@ -1,6 +1,8 @@
 """Throughput of the batched torch perturbations against imagecorruptions (ImageNet-C, per image) at equal parameters.
 
     python -m benchmarks.perturbations [--size 224] [--n 32] [--repeats 3] [--threads 1 2]
+    python -m benchmarks.perturbations --part engines [--size 224] [--n 32]   # CPU: before/after the device draws
+    python -c "from benchmarks.perturbations import perturbation_throughput as f; print(f('cuda'))"   # on a GPU
 
 For each perturbation, the reference is ``imagecorruptions.corrupt`` on uint8 HxWx3 images, one at a time, at the
 in-domain severity whose parameters equal ours (see PERTURBATIONS[name].severities); JPEG (all severities lie below
@@ -22,6 +24,8 @@ import numpy as np
 import torch
 
 from src.perturbations import PERTURBATIONS, perturb
+from src.perturbations._random import rand_bits, set_engine
+from src.perturbations.blur import glass_blur_with
 from src.utils.allocator import keep_freed_memory
 
 
@@ -60,6 +64,97 @@ def _time(fn) -> float:
     return time.perf_counter() - t
 
 
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _glass_before(x: torch.Tensor, k: float, g: torch.Generator) -> torch.Tensor:
+    """glass_blur as it was before the device draws: offsets drawn iteration-major (2, N, 2, H, W), contiguous."""
+    n, _, h, w = x.shape
+    offsets = rand_bits((2, n, 2, h, w), g, x).to(torch.int8).neg_()
+    return glass_blur_with(x, torch.full((n,), k, dtype=x.dtype), offsets)
+
+
+def engines(size: int, n: int, repeats: int) -> None:
+    """CPU images/s of every random perturbation: the path before this change (baseline: chunked Mersenne Twister
+    draws, glass offsets iteration-major) against today's default CPU path and the Philox engine, interleaved."""
+    x = torch.from_numpy(_images(n, size)).permute(0, 3, 1, 2).float().div(255).contiguous()
+    print(f"{n} images of {size}x{size}, {torch.get_num_threads()} threads; median of {repeats} interleaved repeats")
+    print(f"{'perturbation':<18} {'before':>9} {'now (mt)':>9} {'philox':>9} {'now/before':>11} {'philox/before':>14}")
+    for name, spec in PERTURBATIONS.items():
+        if spec.deterministic:
+            continue
+        k = float(sum(spec.domain) / 2)
+        g = torch.Generator().manual_seed(0)
+
+        def run(engine: str, name=name, k=k, g=g) -> None:
+            set_engine(engine)
+            perturb(x, name, k, generator=g)
+
+        def before(name=name, k=k, g=g) -> None:
+            set_engine("mt")
+            _glass_before(x, k, g) if name == "glass_blur" else perturb(x, name, k, generator=g)
+
+        variants = {"before": before, "now": lambda: run("auto"), "philox": lambda: run("philox")}
+        for fn in variants.values():
+            fn()  # warm-up (Philox compiles its rounds once per process)
+        times: dict[str, list[float]] = {v: [] for v in variants}
+        for _ in range(repeats):
+            for v, fn in variants.items():
+                times[v].append(_time(fn))
+        set_engine("auto")
+        rate = {v: n / float(np.median(t)) for v, t in times.items()}
+        print(
+            f"{name:<18} {rate['before']:>9.1f} {rate['now']:>9.1f} {rate['philox']:>9.1f} "
+            f"{rate['now'] / rate['before']:>10.2f}x {rate['philox'] / rate['before']:>13.2f}x",
+            flush=True,
+        )
+    print("load average:", open("/proc/loadavg").read().split()[:3])
+
+
+def perturbation_throughput(
+    device: str | torch.device,
+    size: int = 224,
+    n: int = 256,
+    m: int = 5,
+    backbone: str | None = "timm:vit_base_patch16_224",
+    repeats: int = 3,
+) -> dict[str, float]:
+    """Images/s on ``device`` of every perturbation (``perturb`` on one batch of n images at the domain's middle,
+    median of ``repeats`` after a warm-up, synchronised), and, with ``backbone`` (random weights), of a full
+    DivergenceRadius sweep of those n images (nine perturbations × m parameters + the clean images, the backbone's
+    forwards included): key ``"sweep"`` counts every forwarded image, ``"sweep_seconds"`` the wall time."""
+    dev = torch.device(device)
+    x = torch.from_numpy(_images(n, size)).permute(0, 3, 1, 2).float().div(255).contiguous().to(dev)
+    out: dict[str, float] = {}
+    for name, spec in PERTURBATIONS.items():
+        k = float(sum(spec.domain) / 2)
+        g = torch.Generator().manual_seed(0)
+        perturb(x, name, k, generator=g)
+        times = []
+        for _ in range(repeats):
+            _sync(dev)
+            t = time.perf_counter()
+            perturb(x, name, k, generator=g)
+            _sync(dev)
+            times.append(time.perf_counter() - t)
+        out[name] = n / float(np.median(times))
+    if backbone is not None:
+        from src.backbones import create_backbone
+        from src.divergence_radius.protocol import robustness_sweep
+
+        bb = create_backbone(backbone, pretrained=False).to(dev).eval()
+        robustness_sweep(x[:8], bb.embed, m=m, device=dev)  # warm-up: kernels, allocator
+        _sync(dev)
+        t = time.perf_counter()
+        robustness_sweep(x, bb.embed, m=m, chunk_size=n, device=dev)
+        _sync(dev)
+        out["sweep_seconds"] = time.perf_counter() - t
+        out["sweep"] = n * (1 + len(PERTURBATIONS) * m) / out["sweep_seconds"]
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--size", type=int, default=224)
@@ -68,9 +163,15 @@ def main() -> None:
     ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--names", nargs="+", default=list(PERTURBATIONS), choices=list(PERTURBATIONS), metavar="NAME")
     ap.add_argument("--malloc", choices=["keep", "default"], default="keep")
+    ap.add_argument("--part", choices=["reference", "engines"], default="reference")
     args = ap.parse_args()
     if args.malloc == "keep":
         keep_freed_memory()
+    if args.part == "engines":
+        for threads in args.threads:
+            torch.set_num_threads(threads)
+            engines(args.size, args.n, args.repeats)
+        return
     import cv2
 
     u8 = _images(args.n, args.size)

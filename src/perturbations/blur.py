@@ -60,8 +60,9 @@ def glass_offsets(
     n: int, h: int, w: int, generator: torch.Generator | None, like: Tensor, iterations: int = GLASS_ITERATIONS
 ) -> Tensor:
     """Random source offsets (iterations, N, 2, H, W) int8 as ``(dy, dx)``, uniform in ``{-1, 0}`` (numpy's
-    ``randint(-d, d)`` for d = 1 excludes ``d``): one fair bit each."""
-    return rand_bits((iterations, n, 2, h, w), generator, like).to(torch.int8).neg_()
+    ``randint(-d, d)`` for d = 1 excludes ``d``): one fair bit each. Drawn image-major (N, iterations, 2, H, W), so
+    an image's offsets do not depend on the number of images after it; returned as a transposed view."""
+    return rand_bits((n, iterations, 2, h, w), generator, like).to(torch.int8).neg_().transpose(0, 1)
 
 
 def glass_blur_with(x: Tensor, k: Tensor, offsets: Tensor) -> Tensor:

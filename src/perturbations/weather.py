@@ -19,7 +19,18 @@ from torch import Tensor
 from ._filters import next_power_of_2
 from ._random import rand, randint
 
-__all__ = ["fog", "fog_with", "plasma_fractal", "plasma_heights", "frost", "frost_with", "frost_layers", "frost_images"]
+__all__ = [
+    "fog",
+    "fog_with",
+    "plasma_fractal",
+    "plasma_heights",
+    "frost",
+    "frost_with",
+    "frost_layers",
+    "frost_layers_gather",
+    "frost_starts",
+    "frost_images",
+]
 
 UniformSource = Callable[[tuple[int, ...], float, float], Tensor]  # (shape, low, high) -> U[low, high) draws
 FOG_WIBBLE_DECAY = 2.0  # imagecorruptions severities 1-2 (density 1.5, 2.0); severity 3+ use 1.7, 1.5, 1.4
@@ -229,6 +240,38 @@ def frost_layers(idx: Tensor, starts: Tensor, h: int, w: int) -> Tensor:
     return torch.stack(crops)
 
 
+@lru_cache(maxsize=8)
+def _rescaled_stack(h: int, w: int, device: torch.device) -> tuple[Tensor, Tensor]:
+    """The six rescaled photos of :func:`_rescaled` zero-padded into one (6, 3, Hmax, Wmax) float32 tensor on
+    ``device``, and their true sizes (6, 2) int64 there (cached per image size and device)."""
+    photos = [_rescaled(i, h, w) for i in range(len(FROST_FILES))]
+    hmax, wmax = max(p.shape[1] for p in photos), max(p.shape[2] for p in photos)
+    stack = torch.zeros(len(photos), 3, hmax, wmax, dtype=torch.float32)
+    for i, p in enumerate(photos):
+        stack[i, :, : p.shape[1], : p.shape[2]] = p
+    sizes = torch.tensor([list(p.shape[1:]) for p in photos], dtype=torch.int64)
+    return stack.to(device), sizes.to(device)
+
+
+def frost_starts(idx: Tensor, u: Tensor, h: int, w: int) -> Tensor:
+    """Crop origins (N, 2) int64 on ``u``'s device: ``trunc(u·(size − (H, W)))`` in float32 for photo ``idx[i]``
+    (imagecorruptions' ``randint(0, size − H)`` through one uniform), the same formula on every device."""
+    sizes = _rescaled_stack(h, w, u.device)[1][idx]
+    room = sizes - torch.tensor([h, w], dtype=torch.int64, device=u.device)
+    return (u.to(torch.float32) * room.to(torch.float32)).to(torch.int64)
+
+
+def frost_layers_gather(idx: Tensor, starts: Tensor, h: int, w: int) -> Tensor:
+    """:func:`frost_layers` as one gather on ``idx``'s device (no per-image loop, nothing through the host):
+    element (i, c, r, q) = photo idx[i], channel c, row starts[i, 0] + r, column starts[i, 1] + q."""
+    stack = _rescaled_stack(h, w, idx.device)[0]
+    dev = idx.device
+    rows = starts[:, 0, None] + torch.arange(h, device=dev)  # (N, H)
+    cols = starts[:, 1, None] + torch.arange(w, device=dev)  # (N, W)
+    chan = torch.arange(3, device=dev).view(1, 3, 1, 1)
+    return stack[idx.view(-1, 1, 1, 1), chan, rows[:, None, :, None], cols[:, None, None, :]]
+
+
 def frost_with(x: Tensor, k: Tensor, layers: Tensor) -> Tensor:
     """``clip(1.0·x + k·frost)`` (ImageNet-C image weight 1.0, frost weight k)."""
     kk = k.view(-1, 1, 1, 1).to(x.dtype)
@@ -236,8 +279,13 @@ def frost_with(x: Tensor, k: Tensor, layers: Tensor) -> Tensor:
 
 
 def frost(x: Tensor, k: Tensor, generator: torch.Generator | None = None) -> Tensor:
-    """Frost of weight ``k``: one of six photos and a crop position drawn uniformly per image."""
+    """Frost of weight ``k``: one of six photos and a crop position drawn uniformly per image. Images on a CPU are
+    cropped photo by photo; elsewhere the draws, crop origins and crops stay on the images' device (one gather)."""
     n, _, h, w = x.shape
+    if x.device.type != "cpu":
+        idx = randint(0, len(FROST_FILES), (n,), generator, x)
+        starts = frost_starts(idx, rand((n, 2), generator, x), h, w)
+        return frost_with(x, k, frost_layers_gather(idx, starts, h, w))
     idx = randint(0, len(FROST_FILES), (n,), generator, x).cpu()
     u = rand((n, 2), generator, x).cpu()
     starts = []
