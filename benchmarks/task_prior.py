@@ -3,6 +3,17 @@
     python -m benchmarks.task_prior                    # n = 8192 (tiled vs dense), n = 100,000 (tiled, one shard)
     python -m benchmarks.task_prior --quick            # n = 2048 and n = 20,000: a few minutes
     python -m benchmarks.task_prior --full-large       # n = 100,000 all row blocks (hours on 2 CPU cores)
+    python -m benchmarks.task_prior --part rate        # moments vs the GEMM rate, n = 2048/4096/8192, same process
+    python -m benchmarks.task_prior --part rate --sizes 2048 4096 --dim 640   # smaller runs
+
+(c) Rate (``--part rate``). In this process, interleaved ``--repeats`` times, best of each: the GEMM rate of
+``torch.mm`` at the tile shape (block × D times D × block, float32 and float64, GFLOP/s), the previous tile loop
+(``legacy_moment_sums``: the row and column slices and both kernels' tiles rebuilt per tile in float64, σ by
+out-of-place operations) and ``task_prior_moments`` at each ``precision``; for each its wall time and achieved rate
+= flops of the two n × n × D products (4·n²·D) / wall (the symmetric loop executes about half of them), the ratio
+GEMM rate / achieved rate, and its difference to the float64 result next to the a-priori bound of
+``float32_error_bounds``. ``moments_timing(n, D, device)`` is the same measurement for one size on any device
+(benchmarks/gpu.py calls it on CUDA).
 
 (a) Moments. Each case runs in a fresh subprocess, which reports its wall time and its extra peak memory: the
 kernel-tracked peak resident set size (``ru_maxrss``) at the end minus the value right after the input features
@@ -36,32 +47,177 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from src.task_prior import (  # noqa: E402
+    CenteredCosine,
     centered_cosine_kernel,
     kernel_scale,
     kernel_source,
     prior_factor,
     sample_task_labels,
     sharded_moment_sums,
+    task_prior_moments,
+    tile_moment_sums,
 )
+from src.task_prior.moments import float32_error_bounds  # noqa: E402
 from src.utils.distributed import Shard  # noqa: E402
 
 TEMPERATURE = 0.01
+
+
+def _loadavg() -> str:
+    try:
+        return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+    except OSError:
+        return "n/a"
 
 
 def _rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # Linux: KiB
 
 
-def make_features(n: int, dim: int, seed: int) -> torch.Tensor:
-    """float32 (n, dim): 10 clusters plus noise (a rough stand-in for pooled backbone features, non-negative)."""
-    g = torch.Generator().manual_seed(seed)
-    centers = torch.rand(10, dim, generator=g)
-    x = torch.empty(n, dim)
-    for start in range(0, n, 8192):
-        stop = min(start + 8192, n)
-        idx = torch.randint(0, 10, (stop - start,), generator=g)
-        x[start:stop] = centers[idx] + 0.5 * torch.rand(stop - start, dim, generator=g)
+def make_features(n: int, dim: int, seed: int, device: str | torch.device = "cpu") -> torch.Tensor:
+    """float32 (n, dim): 10 clusters plus noise (a rough stand-in for pooled backbone features, non-negative).
+    Drawn on ``device`` by its own generator (CUDA draws differ from the CPU's; the timing does not depend on them)."""
+    g = torch.Generator(device=device).manual_seed(seed)
+    centers = torch.rand(10, dim, generator=g, device=device)
+    x = torch.empty(n, dim, device=device)
+    for start in range(0, n, 65536):
+        stop = min(start + 65536, n)
+        idx = torch.randint(0, 10, (stop - start,), generator=g, device=device)
+        x[start:stop] = centers[idx] + 0.5 * torch.rand(stop - start, dim, generator=g, device=device)
     return x
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def gemm_rate(dtype: torch.dtype, block: int, dim: int, device: str | torch.device = "cpu", repeats: int = 3) -> float:
+    """GFLOP/s of ``torch.mm`` at the moments' tile shape, (block × dim) · (dim × block), best of ``repeats``."""
+    device = torch.device(device)
+    a = torch.randn(block, dim, dtype=dtype, device=device)
+    b = torch.randn(block, dim, dtype=dtype, device=device)
+    out = torch.empty(block, block, dtype=dtype, device=device)
+    torch.mm(a, b.T, out=out)
+    best = math.inf
+    for _ in range(repeats):
+        _sync(device)
+        t0 = time.perf_counter()
+        for _ in range(3):
+            torch.mm(a, b.T, out=out)
+        _sync(device)
+        best = min(best, (time.perf_counter() - t0) / 3)
+    return 2 * block * block * dim / best / 1e9
+
+
+def legacy_moment_sums(xe: torch.Tensor, xp: torch.Tensor, t: float, block: int) -> tuple[float, float]:
+    """The tile loop before issue 17 (the baseline), from public pieces: per tile both kernels' row and column slices
+    rebuilt in float64 (``CenteredCosine.block``), σ and the sums by out-of-place operations (``tile_moment_sums``);
+    repbench convention (M/‖M‖_F, raw K), upper block triangle."""
+    msrc, ksrc = CenteredCosine(xe), CenteredCosine(xp)
+    en = msrc.frobenius_norm()
+    n, nb = xe.shape[0], math.ceil(xe.shape[0] / block)
+    out = torch.zeros(2, dtype=torch.float64, device=xe.device)
+    for b in range(nb):
+        rs = slice(b * block, min((b + 1) * block, n))
+        for c in range(b, nb):
+            cs = slice(c * block, (c + 1) * block)
+            part = tile_moment_sums(msrc.block(rs, cs) / en, ksrc.block(rs, cs), t)
+            out += part if c == b else 2.0 * part
+    return float(out[0]), float(out[1])
+
+
+def default_block(device: torch.device) -> int:
+    """Tile side for the timing: 4096 on CUDA (fewer, larger kernels), the library default elsewhere."""
+    return 4096 if device.type == "cuda" else 1024
+
+
+def moments_timing(
+    n: int,
+    D: int,
+    device: str,
+    *,
+    precision: str = "float64",
+    block_size: int | None = None,
+    temperature: float = TEMPERATURE,
+    seed: int = 0,
+) -> dict:
+    """Wall time and achieved GFLOP/s of ``task_prior_moments`` on random features (``make_features``, drawn on
+    ``device``), with the GEMM rate of that device at the tile shape measured in the same call.
+
+    Returned keys: n, D, device, precision, block_size, seconds (the moments alone, features already on the device),
+    gflops (4·n²·D / seconds: the two n × n × D products), gemm_gflops_float32 / _float64, gemm_over_achieved
+    (GEMM rate of the products' dtype / achieved), mean, var, peak_gpu_mb (CUDA: peak allocated during the call).
+    """
+    dev = torch.device(device)
+    bs = block_size or default_block(dev)
+    xe, xp = make_features(n, D, seed, dev), make_features(n, D, seed + 1, dev)
+    rates = {dt: gemm_rate(dt, min(bs, n), D, dev) for dt in (torch.float32, torch.float64)}
+    if dev.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(dev)
+        base = torch.cuda.memory_allocated(dev)
+    _sync(dev)
+    t0 = time.perf_counter()
+    e, v = task_prior_moments(xe, xp, temperature, block_size=bs, precision=precision)
+    _sync(dev)
+    seconds = time.perf_counter() - t0
+    gflops = 4 * n * n * D / seconds / 1e9
+    ref_rate = rates[torch.float32 if precision == "float32" else torch.float64]
+    out = {
+        "n": n,
+        "D": D,
+        "device": str(dev) if dev.type != "cuda" else torch.cuda.get_device_name(dev),
+        "precision": precision,
+        "block_size": bs,
+        "seconds": seconds,
+        "gflops": gflops,
+        "gemm_gflops_float32": rates[torch.float32],
+        "gemm_gflops_float64": rates[torch.float64],
+        "gemm_over_achieved": ref_rate / gflops,
+        "mean": e,
+        "var": v,
+    }
+    if dev.type == "cuda":
+        out["peak_gpu_mb"] = (torch.cuda.max_memory_allocated(dev) - base) / 2**20
+    return out
+
+
+def _rate_cases(xe: torch.Tensor, xp: torch.Tensor, block: int, legacy: bool) -> dict:
+    """name -> zero-argument callable returning (E, Var), for ``bench_rate``."""
+    cases = {} if not legacy else {"legacy": lambda: legacy_moment_sums(xe, xp, TEMPERATURE, block)}
+    for p in ("float64", "float32", "auto"):
+        cases[p] = lambda p=p: task_prior_moments(xe, xp, TEMPERATURE, block_size=block, precision=p)
+    return cases
+
+
+def bench_rate(sizes: list[int], dim: int, block: int, repeats: int, threads: int, legacy: bool) -> None:
+    """(c): GEMM rate vs the moments' achieved rate, interleaved in this process; errors vs float64 and the bound."""
+    torch.set_num_threads(threads)
+    g32, g64 = gemm_rate(torch.float32, block, dim), gemm_rate(torch.float64, block, dim)
+    print(f"GEMM rate at the tile shape ({block} x {dim} x {block}): float32 {g32:.1f}, float64 {g64:.1f} GFLOP/s")
+    for n in sizes:
+        xe, xp = make_features(n, dim, 0), make_features(n, dim, 1)
+        cases = _rate_cases(xe, xp, block, legacy)
+        best: dict[str, float] = {}
+        result: dict[str, tuple[float, float]] = {}
+        for _ in range(repeats):
+            for name, fn in cases.items():
+                t0 = time.perf_counter()
+                result[name] = fn()
+                best[name] = min(best.get(name, math.inf), time.perf_counter() - t0)
+        rho_m, rho_k = float32_error_bounds(CenteredCosine(xe), CenteredCosine(xp), TEMPERATURE)
+        e64, v64 = result["float64"]
+        flops = 4 * n * n * dim
+        for name, sec in best.items():
+            rate = flops / sec / 1e9
+            ref = g32 if name == "float32" else g64
+            err = f"rel. err E {abs(result[name][0] - e64) / abs(e64):.1e}, Var {abs(result[name][1] - v64) / v64:.1e}"
+            print(
+                f"n={n:>6} D={dim} {name:>8}: {sec:7.2f} s, {rate:6.1f} GFLOP/s (GEMM {ref:.1f}: "
+                f"{ref / rate:.2f}x), {err}; speed-up over legacy {best.get('legacy', math.nan) / sec:.2f}x",
+                flush=True,
+            )
+        print(f"  a-priori float32 bounds: rho_M {rho_m:.1e}, rho_K {rho_k:.1e} (T = {TEMPERATURE})", flush=True)
 
 
 def dense_moments(xe: torch.Tensor, xp: torch.Tensor, t: float) -> tuple[float, float]:
@@ -194,10 +350,18 @@ def main() -> None:
     ap.add_argument("--full-large", action="store_true", help="run every tile at the large n (no extrapolation)")
     ap.add_argument("--skip-sampler", action="store_true")
     ap.add_argument("--skip-moments", action="store_true")
+    ap.add_argument("--part", choices=["all", "rate"], default="all", help="rate: (c) only")
+    ap.add_argument("--sizes", type=int, nargs="+", default=[2048, 4096, 8192], help="n for --part rate")
+    ap.add_argument("--no-legacy", action="store_true", help="--part rate without the previous loop")
     args = ap.parse_args()
     if args.case:
         args.impl = args.case
         print(json.dumps(run_case(args)))
+        return
+    if args.part == "rate":
+        print(f"torch {torch.__version__}, {args.threads} threads, T = {TEMPERATURE}, load {_loadavg()}", flush=True)
+        bench_rate(args.sizes, args.dim, args.block, args.repeats, args.threads, not args.no_legacy)
+        print(f"load after: {_loadavg()}", flush=True)
         return
     small, large = (2048, 20_000) if args.quick else (8192, 100_000)
     print(f"torch {torch.__version__}, {args.threads} threads, T = {TEMPERATURE}", flush=True)
