@@ -13,6 +13,8 @@ Parts (each prints its rows as it goes, and all rows go to ``--out`` as JSON):
   ε = 0 / 0.2 / 0.4 (a_T = 0.7). The Monte Carlo spread: ``--seeds k`` more runs of the fastest precision at seeds
   1 … k give the seed-to-seed SD of the score at this budget; each precision's effect (score − fp32 score, same
   samples) is printed in units of that SD.
+* **consistency**: EfficientNet-Lite0 (pretrained, offline wheel) at 64 px, 3 s values, fp32: scores to 6 digits,
+  to compare with the same part run on a CPU (same samples; only the float arithmetic differs).
 * **perturbations**: images/s of each of the nine perturbations (256 images, 224 px, on the device) and of a full
   DivergenceRadius sweep (m = 5, ViT-B/16 forwards included): :func:`benchmarks.perturbations.perturbation_throughput`.
 * **task_prior**: Task-Prior moments at n = 100,000 and 1,000,000, D = 1280, with the device's GEMM rate measured in
@@ -97,8 +99,15 @@ def synbench_rows(
 
     warm = {**budget, "s_values": (1.0,), "n_train": 64, "n_test": 32}  # kernels, allocator, compiled draws
     synbench(bb.embed, input_shape=shape, config=SynBenchConfig(**warm), device=device)
-    run("defaults", 0, None)
-    by_precision = {p: run(p, 0, {"precision": p}) for p in precisions}
+    import inspect
+
+    from src.features import FeatureExtractor
+
+    default = inspect.signature(FeatureExtractor).parameters["precision"].default
+    base = run("defaults", 0, None)
+    # the default precision's row is the defaults run (same samples, same arithmetic): not run twice
+    by_precision = {p: {**base, "setting": p} if p == default else run(p, 0, {"precision": p}) for p in precisions}
+    print(f"  (the default precision is {default!r})", flush=True)
     spread = [by_precision[precisions[-1]]["scores"]] + [
         run(precisions[-1], s, {"precision": precisions[-1]})["scores"] for s in range(1, seeds + 1)
     ]
@@ -114,6 +123,26 @@ def synbench_rows(
         print(f"  effect of {p} vs fp32 (same samples), in SDs: "
               + " / ".join(f"{effect[p][e]:+.2f}" for e in EPS), flush=True)  # fmt: skip
     return {"rows": rows, "sd": sd, "effect_in_sd": effect}
+
+
+def consistency_row(device: torch.device, backbone: str = "embedded:efficientnet_lite0") -> dict[str, Any]:
+    """SynBench scores of a small pretrained backbone at 64 px on a reduced budget (3 s values × (1024 + 1024)),
+    fp32, printed to 6 digits: run on the GPU and on a CPU, the two differ only by float arithmetic (the samples are
+    the same Philox streams on both), so they must agree far inside the Monte Carlo noise."""
+    from src.backbones import create_backbone
+    from src.synbench import SynBenchConfig, synbench
+
+    bb = create_backbone(backbone).to(device).eval()
+    cfg = SynBenchConfig(s_values=(0.5, 2.0, 5.0), n_train=1024, n_test=1024)
+    res = synbench(bb.embed, input_shape=(3, 64, 64), config=cfg, device=device, extractor={"precision": "fp32"})
+    acc = res.accuracy.double().reshape(len(cfg.s_values), -1)[:, 0]  # clean probe accuracy per s (ε = 0)
+    row = {
+        "backbone": backbone,
+        "accuracy_eps0": [round(float(a), 6) for a in acc],
+        "scores_a_T_0.6": {e: round(float(res.score(e, 0.6)), 6) for e in EPS},
+    }
+    print(f"  consistency {backbone} 64 px on {device.type}: {row}", flush=True)
+    return row
 
 
 def perturbation_rows(device: torch.device, backbone: str, size: int, n: int, m: int) -> dict[str, float]:
@@ -159,7 +188,9 @@ def train_row(device: torch.device, overrides: list[str], timeout: int) -> dict[
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--part", choices=["all", "synbench", "perturbations", "task_prior", "train"], default="all")
+    parts_all = ["synbench", "consistency", "perturbations", "task_prior", "train"]
+    ap.add_argument("--part", choices=["all", *parts_all], default="all", nargs="?")
+    ap.add_argument("--parts", nargs="+", choices=parts_all, default=None, help="several parts, in this order")
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--seeds", type=int, default=2, help="extra SynBench seeds for the Monte Carlo SD")
     ap.add_argument("--smoke", action="store_true", help="tiny sizes: a seconds-long check of the script itself")
@@ -179,11 +210,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     print(f"RepBench GPU benchmark on {device_name(device)} (torch {torch.__version__}); backbone {backbone}",
           flush=True)  # fmt: skip
     results: dict[str, Any] = {"device": device_name(device), "torch": torch.__version__, "backbone": backbone}
-    parts = ["synbench", "perturbations", "task_prior", "train"] if args.part == "all" else [args.part]
+    parts = args.parts or (parts_all if args.part == "all" else [args.part])
     for part in parts:
         t0 = time.perf_counter()
         if part == "synbench":
             results[part] = synbench_rows(device, backbone, size, budget, 1 if args.smoke else args.seeds)
+        elif part == "consistency":
+            results[part] = consistency_row(device)
         elif part == "perturbations":
             results[part] = perturbation_rows(device, backbone, size, pert_n, 5)
         elif part == "task_prior":
