@@ -15,10 +15,11 @@ The levers (docs/speed.md has the measurements behind every default):
     compile        torch.compile (inductor; weights frozen as constants). Pays only on long runs: compiling takes
                    tens of seconds on CPU. A frozen graph is abandoned (eager from then on, with a warning) when the
                    module's weights change; chunks of another shape than the first run eagerly.
-    precision      "fp32" (default: IEEE float32, TF32 off), "tf32" (TF32 tensor cores for CUDA matmuls and
-                   convolutions; plain fp32 on CPU), "bf16" or "fp16" (autocast). Set only inside the forward, the
-                   caller's settings restored (src/features/precision.py). Features come back as float32.
-    autocast       deprecated alias of precision: None = "fp32", "bf16" / "fp16".
+    precision      "tf32" (default: TF32 tensor cores for CUDA matmuls and convolutions; plain fp32 on CPU), "fp32"
+                   (IEEE float32, TF32 off), "bf16" or "fp16" (autocast). Set only inside the forward, the caller's
+                   settings restored (src/features/precision.py, with the measurements behind the default).
+                   Features come back as float32.
+    autocast       deprecated alias of precision: None = the default, "bf16" / "fp16".
     inference      True: torch.inference_mode; False: torch.no_grad (outputs may be used in autograd later).
     eval_mode      True: an nn.Module behind ``feature_fn`` runs in eval mode; every submodule's mode is restored.
     pin_memory     CPU → CUDA copies through pinned memory with non_blocking=True (CUDA path not measured here).
@@ -60,7 +61,7 @@ class FeatureExtractor:
         memory_format: "auto" | "contiguous" | "channels_last", see the module docstring.
         threads: torch intra-op threads, set once here (None: unchanged).
         compile: wrap ``feature_fn`` in ``torch.compile`` (inductor, freezing).
-        precision: "fp32" | "tf32" | "bf16" | "fp16" (see the module docstring).
+        precision: "fp32" | "tf32" | "bf16" | "fp16", None = the default "tf32" (see the module docstring).
         autocast: deprecated alias of ``precision`` (None | "bf16" | "fp16").
         eval_mode: run a module behind ``feature_fn`` in eval mode (restored afterwards).
         pin_memory: pinned host memory for CPU → CUDA copies.
@@ -78,7 +79,7 @@ class FeatureExtractor:
         threads: int | None = None,
         compile: bool = False,
         autocast: str | None = None,
-        precision: str = "fp32",
+        precision: str | None = None,
         eval_mode: bool = True,
         pin_memory: bool = True,
         output_dtype: torch.dtype | None = torch.float32,
