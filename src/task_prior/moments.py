@@ -22,6 +22,7 @@ import math
 
 import torch
 
+from ..features.precision import tf32_mode
 from ..utils.distributed import Reduce, Shard, no_reduce
 from .conventions import CONVENTIONS, DEFAULT_CONVENTION, TaskPriorConvention, resolve_convention
 from .kernels import CenteredCosine
@@ -247,12 +248,13 @@ def _product(a: Tensor, b: Tensor, out: Tensor, scratch: Tensor | None) -> Tenso
     chunks of ``F32_CHUNK`` columns (float32 accumulation inside a chunk), the chunks summed in float64."""
     if a.dtype == torch.float64:
         return torch.mm(a, b.T, out=out)
-    for k0 in range(0, a.shape[1], F32_CHUNK):
-        part = torch.mm(a[:, k0 : k0 + F32_CHUNK], b[:, k0 : k0 + F32_CHUNK].T, out=scratch)
-        if k0 == 0:
-            out.copy_(part)
-        else:
-            out.add_(part)
+    with tf32_mode(False):  # the float32 bound assumes IEEE products: never TF32, whatever the process set
+        for k0 in range(0, a.shape[1], F32_CHUNK):
+            part = torch.mm(a[:, k0 : k0 + F32_CHUNK], b[:, k0 : k0 + F32_CHUNK].T, out=scratch)
+            if k0 == 0:
+                out.copy_(part)
+            else:
+                out.add_(part)
     return out
 
 

@@ -156,3 +156,27 @@ def test_cuda_equals_cpu(precision):
         be, bv = _float32_bounds(m, k, t, *float32_error_bounds(CenteredCosine(xe), CenteredCosine(xp), t))
         tol_e, tol_v = tol_e + 2 * be, tol_v + 2 * bv
     assert abs(a[0] - b[0]) <= tol_e and abs(a[1] - b[1]) <= tol_v
+
+
+def test_float32_products_run_with_tf32_off_whatever_the_process_set(monkeypatch):
+    """The float32 error bound assumes IEEE products: _product switches TF32 off around its GEMMs (and restores the
+    caller's switch). Checked through the switch torch.mm sees, on any device."""
+    from src.task_prior import moments as mod
+
+    seen = []
+    real_mm = torch.mm
+
+    def spy(*args, **kwargs):
+        seen.append(torch.backends.cuda.matmul.allow_tf32)
+        return real_mm(*args, **kwargs)
+
+    before = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = True
+    try:
+        monkeypatch.setattr(mod.torch, "mm", spy)
+        a = torch.randn(4, 300)
+        out = torch.empty(4, 4, dtype=torch.float64)
+        mod._product(a, a, out, torch.empty(4, 4))
+        assert seen and not any(seen) and torch.backends.cuda.matmul.allow_tf32
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = before
