@@ -19,9 +19,16 @@ from typing import Any
 
 from ..backbones.spec import check_backbone_spec
 from .conventions import DEFAULT_CONVENTION, TaskPriorConvention, resolve_convention
-from .moments import DEFAULT_BLOCK_SIZE
+from .moments import DEFAULT_BLOCK_SIZE, DEFAULT_RTOL
 from .probing import DEFAULT_QUANTILES
-from .validation import check_fraction, check_int, check_nonnegative, check_positive, check_quantiles
+from .validation import (
+    check_fraction,
+    check_int,
+    check_moment_precision,
+    check_nonnegative,
+    check_positive,
+    check_quantiles,
+)
 
 __all__ = ["CONVENTION_OPTIONS", "TaskPriorConfig", "task_prior_config"]
 
@@ -50,7 +57,9 @@ class TaskPriorConfig:
     explicit value wins.
     Probes: one linear probe per task, trained with full-batch Adam for ``epochs`` steps (``lr``, ``weight_decay``) on
     a seeded split holding out ``test_fraction`` of the images; summarised by the ``quantiles`` of the per-task
-    scores. Moments (Thm 2.3): tiled in row blocks of ``block_size`` (memory, not the result).
+    scores. Moments (Thm 2.3): tiled in row blocks of ``block_size`` (memory, not the result); products in
+    ``moment_precision`` ("float64" exact; "float32"; "auto": float32 per kernel where its derived error bound is <=
+    ``moment_rtol``, see :func:`src.task_prior.moments.float32_error_bounds`).
     """
 
     num_tasks: int = 32
@@ -72,6 +81,8 @@ class TaskPriorConfig:
     seed: int = 0
     prior_backbone: Any = "embedded:efficientnet_lite2"
     block_size: int = DEFAULT_BLOCK_SIZE
+    moment_precision: str = "float64"
+    moment_rtol: float = DEFAULT_RTOL
 
     def __post_init__(self) -> None:
         checked = {
@@ -84,6 +95,8 @@ class TaskPriorConfig:
             "quantiles": check_quantiles(self.quantiles),
             "seed": check_int(self.seed, "seed", 0),
             "block_size": check_int(self.block_size, "block_size", 1),
+            "moment_precision": check_moment_precision(self.moment_precision, "moment_precision"),
+            "moment_rtol": check_positive(self.moment_rtol, "moment_rtol", "e.g. moment_rtol=1e-4"),
             "prior_backbone": check_backbone_spec(self.prior_backbone, "prior_backbone"),
         }
         for name, value in checked.items():

@@ -64,7 +64,12 @@ def prior_matrix(
     for p in range(b):
         for e in range(b):
             mean[p, e], var[p, e] = task_prior_moments(
-                feats[e], feats[p], block_size=cfg.block_size, convention=cfg.settings
+                feats[e],
+                feats[p],
+                block_size=cfg.block_size,
+                convention=cfg.settings,
+                precision=cfg.moment_precision,
+                rtol=cfg.moment_rtol,
             )
     return {"mean": mean, "var": var, "names": names}
 

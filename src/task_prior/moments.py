@@ -28,8 +28,10 @@ from .conventions import CONVENTIONS, DEFAULT_CONVENTION, TaskPriorConvention, r
 from .kernels import CenteredCosine
 from .validation import (
     CHECK_CHUNK,
+    MOMENT_PRECISIONS,
     check_block_size,
     check_kernel,
+    check_moment_precision,
     check_norm,
     check_positive,
     check_same_n,
@@ -61,7 +63,7 @@ __all__ = [
 DEFAULT_BLOCK_SIZE = 1024
 #: ``precision=`` of the moments: float64 products (exact to float64 rounding), float32 products (float64 everywhere
 #: else), or per kernel by the a-priori bound of ``float32_error_bounds`` against ``rtol``
-PRECISIONS = ("float64", "float32", "auto")
+PRECISIONS = MOMENT_PRECISIONS  # the owner is validation.py
 DEFAULT_PRECISION = "float64"
 #: relative error budget of ``precision="auto"`` (4 significant digits; see ``float32_error_bounds``)
 DEFAULT_RTOL = 1e-4
@@ -199,7 +201,7 @@ def choose_precision(
 ) -> tuple[torch.dtype, torch.dtype]:
     """(dtype of M's products, dtype of K's products) for ``precision``: "float64" both, "float32" both, "auto" each
     float32 exactly when its bound from ``float32_error_bounds`` is ≤ ``rtol`` (else float64)."""
-    check_precision(precision)
+    check_moment_precision(precision)
     if precision != "auto":
         dt = torch.float64 if precision == "float64" else torch.float32
         return dt, dt
@@ -209,15 +211,6 @@ def choose_precision(
         torch.float32 if rho_m <= rtol else torch.float64,
         torch.float32 if rho_k <= rtol else torch.float64,
     )
-
-
-def check_precision(precision: str) -> str:
-    if precision not in PRECISIONS:
-        raise ValueError(
-            f"precision must be one of {PRECISIONS}, got {precision!r}; 'float64' (default) is exact to float64 "
-            "rounding, 'auto' uses float32 products where the error bound allows (see float32_error_bounds)"
-        )
-    return precision
 
 
 def tile_moment_sums(m_tile: Tensor, k_tile: Tensor, temperature: float) -> Tensor:
@@ -424,7 +417,7 @@ def sharded_moment_sums(
     msrc = kernel_source(_to_device(eval_features, device), _to_device(eval_kernel, device), "eval")
     ksrc = kernel_source(_to_device(prior_features, device), _to_device(prior_kernel, device), "prior")
     t, bs, en, pn = _check_pair(msrc, ksrc, temperature, block_size, eval_norm, prior_norm)
-    check_precision(precision)
+    check_moment_precision(precision)
     n = msrc.n
     nb = math.ceil(n / bs)
     symmetric = msrc.symmetric and ksrc.symmetric
@@ -489,7 +482,7 @@ def task_prior_moments(
     """
     conv = resolve_convention(convention, temperature=temperature, eval_scale=eval_scale, prior_scale=prior_scale)
     temperature = conv.temperature
-    check_precision(precision)
+    check_moment_precision(precision)
     msrc = kernel_source(_to_device(eval_features, device), _to_device(eval_kernel, device), "eval")
     ksrc = kernel_source(_to_device(prior_features, device), _to_device(prior_kernel, device), "prior")
     check_same_n(msrc.n, ksrc.n)

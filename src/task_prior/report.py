@@ -124,7 +124,14 @@ def compare_features(
         acc = evaluate_task_probes(feats, labels, train_idx, test_idx, cfg.task_classes, metric=conv.probe_metric,
                                    split=conv.probe_split, epochs=cfg.epochs, lr=cfg.lr,
                                    weight_decay=cfg.weight_decay, seed=cfg.seed)  # fmt: skip
-        mean, var = task_prior_moments(feats, prior_features, block_size=cfg.block_size, convention=conv)
+        mean, var = task_prior_moments(
+            feats,
+            prior_features,
+            block_size=cfg.block_size,
+            convention=conv,
+            precision=cfg.moment_precision,
+            rtol=cfg.moment_rtol,
+        )
         rows.append(
             {
                 "backbone": name,

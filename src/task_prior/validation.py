@@ -20,6 +20,21 @@ CHECK_CHUNK = 4096
 SCALES = ("frobenius", "none")
 
 
+#: arithmetic of the moments' two kernel products (moments.py): exact float64, float32 (chunked, float64 sums), or
+#: float32 per kernel where the a-priori bound of ``float32_error_bounds`` is <= rtol
+MOMENT_PRECISIONS = ("float64", "float32", "auto")
+
+
+def check_moment_precision(precision: object, name: str = "precision") -> str:
+    """``precision`` in :data:`MOMENT_PRECISIONS`; a ValueError naming the choices otherwise."""
+    if precision not in MOMENT_PRECISIONS:
+        raise ValueError(
+            f"{name} must be one of {MOMENT_PRECISIONS}, got {precision!r}; 'float64' (default) is exact to float64 "
+            "rounding, 'auto' uses float32 products where the error bound allows (see float32_error_bounds)"
+        )
+    return str(precision)
+
+
 def check_features(features: Tensor, name: str = "features") -> Tensor:
     """A 2-D floating tensor (n, D) with n >= 1, D >= 1, every entry finite."""
     if not isinstance(features, Tensor):
