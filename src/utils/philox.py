@@ -65,6 +65,7 @@ MASK32 = 0xFFFFFFFF
 ROUNDS = 10
 BLOCK = 1 << 13  # counters per CPU block: ~10 live int64 planes of 64 KiB stay in L2
 COMPILED_BLOCK = 1 << 18  # counters per call of a compiled kernel on the CPU (8 MiB of float64 normals)
+COMPILE_MIN = 1 << 24  # values drawn in a process from which the compiled kernel is used (before: eager, no compile)
 _TWO_POW_M32 = 2.0**-32
 
 Key = tuple[int, int] | Tensor
@@ -196,19 +197,37 @@ def _fused(device: torch.device, fn: Callable[..., Tensor] | None = None) -> Cal
         return chosen
 
 
-def _counter_words(k0: Any, k1: Any, first: int, count: int, device: torch.device) -> Tensor:
-    """Output words of counters first … first + count − 1 (indices < 2⁶³), interleaved: (count·4,) int64."""
+def _counter_words(
+    k0: Any, k1: Any, first: int, count: int, device: torch.device, fn: Callable[..., Tensor] = counter_words
+) -> Tensor:
+    """Output words of counters first … first + count − 1 (indices < 2⁶³), interleaved: (count·4,) int64, by ``fn``
+    (:func:`counter_words` or its compiled form: the same words)."""
     idx = torch.arange(first, first + count, dtype=torch.int64, device=device)
     k0, k1 = (torch.as_tensor(k, dtype=torch.int64).to(device) for k in (k0, k1))
-    return _fused(device)(idx, k0, k1)
+    return fn(idx, k0, k1)
 
 
-def _words(k0: Any, k1: Any, start: int, n: int, device: torch.device) -> Tensor:
+def _words(
+    k0: Any, k1: Any, start: int, n: int, device: torch.device, fn: Callable[..., Tensor] = counter_words
+) -> Tensor:
     """Words start … start + n − 1 of the stream, (n,) int64, computed in one piece (one thread on the CPU)."""
     first = start // 4
     count = (start + n - 1) // 4 - first + 1
     skip = start - 4 * first
-    return _counter_words(k0, k1, first, count, device)[skip : skip + n]
+    return _counter_words(k0, k1, first, count, device, fn)[skip : skip + n]
+
+
+_DRAWN = {"values": 0}  # values requested in this process so far (decides when compiling starts to pay)
+
+
+def _kernel(n: int, device: torch.device, fn: Callable[..., Tensor]) -> Callable[..., Tensor]:
+    """The compiled ``fn`` once this process has requested at least :data:`COMPILE_MIN` values (this request
+    included), where the one-off compilation (≈ 3 s per process on the CPU with a warm cache) pays; eager ``fn``
+    before. Words are the same either way; normals are too up to the float64 last-ulp caveat of
+    :func:`compile_enabled` (bit-identical on the CPU: both paths use the same vectorised float64 functions and no
+    operation can be contracted into a fused multiply-add)."""
+    _DRAWN["values"] += n
+    return _fused(device, fn) if _DRAWN["values"] >= COMPILE_MIN else fn
 
 
 @lru_cache(maxsize=4)
@@ -259,10 +278,12 @@ def random_bits(key: Key, n: int, *, offset: int = 0, device: Any = None) -> Ten
     k0, k1 = _key_words(key)
     out = torch.empty(n, dtype=torch.int64, device=dev)
 
-    def fill(s: int, e: int) -> None:
-        out[s:e] = _words(k0, k1, offset + s, e - s, dev)
+    kernel = _kernel(n, dev, counter_words)
 
-    _parallel(fill, n, 4, dev, compiled=_fused(dev) is not counter_words)
+    def fill(s: int, e: int) -> None:
+        out[s:e] = _words(k0, k1, offset + s, e - s, dev, kernel)
+
+    _parallel(fill, n, 4, dev, compiled=kernel is not counter_words)
     return out
 
 
@@ -318,6 +339,7 @@ def normal(
     dev = _device(device)
     k0, k1 = _key_words(key)
     out = torch.empty(n, dtype=dtype, device=dev)
+    kernel = _kernel(n, dev, counter_normals)
 
     def fill(s: int, e: int) -> None:
         # normal j sits at word j (Box–Muller of its word pair, inside one counter): normals offset+s … offset+e−1
@@ -326,9 +348,9 @@ def normal(
         count = (offset + e - 1) // 4 - first + 1
         idx = torch.arange(first, first + count, dtype=torch.int64, device=dev)
         keys = (torch.as_tensor(k, dtype=torch.int64).to(dev) for k in (k0, k1))
-        z = _fused(dev, counter_normals)(idx, *keys, dtype)
+        z = kernel(idx, *keys, dtype)
         lo = offset + s - 4 * first
         out[s:e] = z[lo : lo + e - s]
 
-    _parallel(fill, n, 4, dev, compiled=_fused(dev, counter_normals) is not counter_normals)
+    _parallel(fill, n, 4, dev, compiled=kernel is not counter_normals)
     return out.view(shape)

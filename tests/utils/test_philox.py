@@ -100,6 +100,26 @@ def test_threads_blocks_and_compiled_give_the_same_words(monkeypatch):
     assert torch.equal(fused(idx, k0, k1), philox.counter_words(idx, k0, k1))
 
 
+def test_compiled_and_eager_requests_give_the_same_numbers(monkeypatch):
+    """Once a process has drawn COMPILE_MIN values the compiled kernel (rounds + Box–Muller + cast fused) is used,
+    before that eager ops: the same words, and on the CPU the same normals bit for bit (both evaluate float64 log / cos / sin
+    with the same vectorised library; a last-ulp float64 difference would survive the float32 cast with probability
+    ~2^-29 per value, so 10^5 values are equal unless the paths really differ); at 1 and 2 threads."""
+    key, n = stream_key(77), 100_003
+    monkeypatch.setattr(philox, "COMPILE_MIN", 1 << 62)  # eager
+    eager = random_bits(key, n, offset=5), normal(key, n, offset=3)
+    monkeypatch.setattr(philox, "COMPILE_MIN", 0)  # compiled (unless REPBENCH_PHILOX_COMPILE=0 / no compiler)
+    monkeypatch.setattr(philox, "COMPILED_BLOCK", 1 << 12)  # several compiled pieces
+    prev = torch.get_num_threads()
+    try:
+        for threads in (1, 2):
+            torch.set_num_threads(threads)
+            assert torch.equal(random_bits(key, n, offset=5), eager[0])
+            assert torch.equal(normal(key, n, offset=3), eager[1])
+    finally:
+        torch.set_num_threads(prev)
+
+
 def test_bits_are_uniform_chi_square():
     """Top and bottom bytes of 2^18 words in 256 bins: X² ~ χ²(255) (mean 255, sd √510 ≈ 22.6) for a correct
     generator; the bound 400 is ≈ 6 sd (Wilson–Hilferty z ≈ 5.6, p ≈ 1e-8), so it fails only for real bias."""
