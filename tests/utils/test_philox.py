@@ -81,6 +81,7 @@ def test_threads_blocks_and_compiled_give_the_same_words(monkeypatch):
     """The work split never changes a word: 1 vs 2 threads, blocked CPU path vs one piece (the path a GPU takes),
     compiled vs eager rounds."""
     key = stream_key(42)
+    monkeypatch.setattr(philox, "BLOCK", 1 << 13)
     n = 9 * 4 * philox.BLOCK + 13  # ten CPU pieces
     prev = torch.get_num_threads()
     try:
@@ -100,19 +101,20 @@ def test_threads_blocks_and_compiled_give_the_same_words(monkeypatch):
     assert torch.equal(fused(idx, k0, k1), philox.counter_words(idx, k0, k1))
 
 
-def test_compiled_and_eager_requests_give_the_same_numbers(monkeypatch):
-    """Once a process has drawn COMPILE_MIN values the compiled kernel (rounds + Box–Muller + cast fused) is used,
-    before that eager ops: the same words, and on the CPU the same normals bit for bit (both evaluate float64 log / cos / sin
-    with the same vectorised library; a last-ulp float64 difference would survive the float32 cast with probability
-    ~2^-29 per value, so 10^5 values are equal unless the paths really differ); at 1 and 2 threads."""
+def test_compiled_and_eager_give_the_same_numbers(monkeypatch):
+    """The compiled kernel (rounds + Box–Muller + cast fused) and eager ops give the same words, and on the CPU the
+    same normals bit for bit (both evaluate float64 log / cos / sin with the same vectorised library; a last-ulp
+    float64 difference would survive the float32 cast with probability ~2^-29 per value, so 10^5 values are equal
+    unless the paths really differ); at 1 and 2 threads, over several pieces."""
     key, n = stream_key(77), 100_003
-    monkeypatch.setattr(philox, "COMPILE_MIN", 1 << 62)  # eager
+    monkeypatch.setattr(philox, "BLOCK", 1 << 12)  # several pieces
+    monkeypatch.setattr(philox, "_kernel", lambda device, fn: fn)  # eager
     eager = random_bits(key, n, offset=5), normal(key, n, offset=3)
-    monkeypatch.setattr(philox, "COMPILE_MIN", 0)  # compiled (unless REPBENCH_PHILOX_COMPILE=0 / no compiler)
-    monkeypatch.setattr(philox, "COMPILED_BLOCK", 1 << 12)  # several compiled pieces
+    monkeypatch.undo()
+    monkeypatch.setattr(philox, "BLOCK", 1 << 12)
     prev = torch.get_num_threads()
     try:
-        for threads in (1, 2):
+        for threads in (1, 2):  # compiled (unless REPBENCH_PHILOX_COMPILE=0 or no compiler: then eager again)
             torch.set_num_threads(threads)
             assert torch.equal(random_bits(key, n, offset=5), eager[0])
             assert torch.equal(normal(key, n, offset=3), eager[1])
