@@ -103,12 +103,13 @@ class RepBenchOptunaSweeperImpl(OptunaSweeperImpl):
     def __init__(self, *args: Any, limits: Sequence[float | None] | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.limits = None if limits is None else list(limits)
+        self._checked: tuple[float | None, ...] = ()  # self.limits validated against the directions (sweep start)
 
     def _check_limits(self, directions: Sequence[Any]) -> tuple[float | None, ...]:
         """One limit per direction (a ValueError naming the fix otherwise); hooks them into an NSGA-II sampler."""
         from repbench.utils.pareto import check_limits
 
-        limits = check_limits(self.limits, len(directions))
+        limits = self._checked = check_limits(self.limits, len(directions))
         if any(v is not None for v in limits) and isinstance(self.sampler, optuna.samplers.NSGAIISampler):
             if getattr(self.sampler, "_constraints_func", None) is None:
                 # Optuna 2.10 keeps the hook in this attribute (NSGAIISampler(constraints_func=...)); the sampler was
@@ -165,7 +166,7 @@ class RepBenchOptunaSweeperImpl(OptunaSweeperImpl):
                 from repbench.utils.pareto import limit_violations
 
                 modes = _modes(study.directions)
-                trial.set_user_attr(VIOLATION_ATTR, list(limit_violations(values, modes, tuple(self.limits))))
+                trial.set_user_attr(VIOLATION_ATTR, list(limit_violations(values, modes, self._checked)))
             _tell(study, trial, TrialState.COMPLETE, values)
             return None
         except Exception as e:
@@ -215,11 +216,11 @@ class RepBenchOptunaSweeperImpl(OptunaSweeperImpl):
         """optimization_results.yaml: the best trial (one objective) or the Pareto front, over the COMPLETE trials of
         the whole study within ``limits``; a ValueError when there is none (every trial pruned, failed or beyond a
         limit)."""
-        from repbench.utils.pareto import check_limits, feasible, pareto_front
+        from repbench.utils.pareto import feasible, pareto_front
 
         counts = {s.name.lower(): len(study.get_trials(deepcopy=False, states=(s,))) for s in FINISHED}
         modes = _modes(study.directions)
-        limits = check_limits(self.limits, len(modes))
+        limits = self._checked
         complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
         ok = [t for t in complete if feasible(t.values, modes, limits)]
         if len(ok) < len(complete):

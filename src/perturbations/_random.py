@@ -124,7 +124,7 @@ def _fill(
     if device.type != "cpu":
         fill(out, generator)
         return out
-    base = int(torch.randint(0, 1 << 62, (), generator=generator))
+    base = _base_seed(generator)
     flat = out.view(-1)
     n_chunks = -(-flat.numel() // CHUNK)
 

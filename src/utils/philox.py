@@ -214,22 +214,18 @@ def _words(
     return _counter_words(k0, k1, first, count, device, fn)[skip : skip + n]
 
 
-def _kernel(device: torch.device, fn: Callable[..., Tensor]) -> Callable[..., Tensor]:
-    """``fn`` (:func:`counter_words` or :func:`counter_normals`) for ``device``: its compiled form when
-    :func:`compile_enabled` (compiled once per process on first use: ≈ 3 s on the CPU with a warm inductor cache),
-    else eager. Words are the same either way; normals too up to the float64 last-ulp caveat of
-    :func:`compile_enabled` (bit-identical on the CPU, tested)."""
-    return _fused(device, fn)
-
-
 def _parallel(fn: Callable[[int, int], None], n: int, unit: int, device: torch.device) -> None:
     """Call fn(start, stop) over [0, n): off the CPU in one piece (the device parallelises each op); on the CPU in
     sequential pieces of ``unit``·``BLOCK`` items, each parallelised inside torch (the compiled kernel's OpenMP loop,
     or every eager op) over torch's threads. No Python thread pool: torch ops run from pool threads measurably slowed
     the rest of a training run (the main job: 82 s against 72 s)."""
+    if device.type != "cpu":
+        if n:
+            fn(0, n)
+        return
     step = unit * BLOCK
-    for s in range(0, n, step if device.type == "cpu" else max(n, 1)):
-        fn(s, min(s + step, n) if device.type == "cpu" else n)
+    for s in range(0, n, step):
+        fn(s, min(s + step, n))
 
 
 def _check_range(n: int, offset: int) -> None:
@@ -252,7 +248,7 @@ def random_bits(key: Key, n: int, *, offset: int = 0, device: Any = None) -> Ten
     k0, k1 = _key_words(key)
     out = torch.empty(n, dtype=torch.int64, device=dev)
 
-    kernel = _kernel(dev, counter_words)
+    kernel = _fused(dev, counter_words)
 
     def fill(s: int, e: int) -> None:
         out[s:e] = _words(k0, k1, offset + s, e - s, dev, kernel)
@@ -313,7 +309,7 @@ def normal(
     dev = _device(device)
     k0, k1 = _key_words(key)
     out = torch.empty(n, dtype=dtype, device=dev)
-    kernel = _kernel(dev, counter_normals)
+    kernel = _fused(dev, counter_normals)
 
     def fill(s: int, e: int) -> None:
         # normal j sits at word j (Box–Muller of its word pair, inside one counter): normals offset+s … offset+e−1
