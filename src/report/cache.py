@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ..utils.checkpoint_io import atomic_write_bytes
+from ..utils.atomic_write import atomic_write_bytes
 from ..utils.report_writer import json_safe
 
 __all__ = ["CACHE_VERSION", "ResultCache", "settings_hash"]

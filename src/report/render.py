@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..utils.checkpoint_io import atomic_write_bytes
+from ..utils.atomic_write import atomic_write_bytes
 from ..utils.rank_agreement import Agreement, agreement
 from ..utils.report_writer import Report
 from .audit import AuditResults

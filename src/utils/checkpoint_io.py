@@ -16,48 +16,14 @@ Use it in your own Trainer: ``L.Trainer(plugins=[AtomicCheckpointIO()])``; ``pyt
 from __future__ import annotations
 
 import io
-import os
-import secrets
-from pathlib import Path
 from typing import Any
 
 import torch
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
+from .atomic_write import atomic_write_bytes, is_local
+
 __all__ = ["AtomicCheckpointIO", "atomic_write_bytes"]
-
-_TMP_SUFFIX = ".tmp"
-
-
-def _is_local(path: str | os.PathLike) -> bool:
-    return "://" not in os.fspath(path) or os.fspath(path).startswith("file://")
-
-
-def atomic_write_bytes(data: bytes, path: str | os.PathLike) -> None:
-    """Write ``data`` to ``path`` atomically: a temporary file in the same directory, fsync, ``os.replace``.
-
-    Raises whatever the write raised (e.g. ``OSError: [Errno 28] No space left on device``) after removing the
-    temporary file; ``path`` then still holds its previous content (or does not exist)."""
-    target = Path(os.fspath(path).removeprefix("file://"))
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(f".{target.name}.{os.getpid()}.{secrets.token_hex(4)}{_TMP_SUFFIX}")
-    try:
-        with open(tmp, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, target)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    try:  # make the rename itself durable (best effort: not every file system supports fsync on a directory)
-        fd = os.open(target.parent, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-    except OSError:
-        pass
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):
@@ -69,7 +35,7 @@ class AtomicCheckpointIO(TorchCheckpointIO):
                 f"{type(self).__name__}.save_checkpoint got storage_options={storage_options!r}, which it does not "
                 "use; drop them or use Lightning's TorchCheckpointIO"
             )
-        if not _is_local(path):
+        if not is_local(path):
             return super().save_checkpoint(checkpoint, path)
         buffer = io.BytesIO()
         torch.save(checkpoint, buffer)

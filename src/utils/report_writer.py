@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .checkpoint_io import atomic_write_bytes
+from .atomic_write import atomic_write_bytes
 
 __all__ = ["Report", "csv_text", "json_safe"]
 

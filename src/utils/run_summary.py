@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from .checkpoint_io import atomic_write_bytes
+from .atomic_write import atomic_write_bytes
 
 __all__ = ["SUMMARY_FILES", "format_value", "print_summary", "summary_markdown", "write_summary"]
 

@@ -23,7 +23,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from omegaconf import open_dict
 
 import src.train as train_mod
-from src.utils import checkpoint_io
+from src.utils import atomic_write
 from src.utils.checkpoint_io import AtomicCheckpointIO, atomic_write_bytes
 from src.utils.hydra_utils import job_name, run_name
 from src.utils.run_dir import LOCK_NAME, RunDirectoryInUseError, RunDirectoryLock
@@ -96,7 +96,7 @@ def test_f03_a_failed_save_leaves_the_previous_checkpoint_intact(tmp_path, monke
     def disk_full(fd):
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(checkpoint_io.os, "fsync", disk_full)
+    monkeypatch.setattr(atomic_write.os, "fsync", disk_full)
     with pytest.raises(OSError, match="No space left"):
         AtomicCheckpointIO().save_checkpoint({"epoch": 1, "w": torch.ones(5000)}, target)
     assert target.read_bytes() == good  # the old checkpoint, byte for byte
@@ -112,7 +112,7 @@ def test_f03_writes_go_through_a_temporary_file_in_the_target_folder(tmp_path, m
         seen.append(Path(src))
         real_replace(src, dst)
 
-    monkeypatch.setattr(checkpoint_io.os, "replace", spy)
+    monkeypatch.setattr(atomic_write.os, "replace", spy)
     atomic_write_bytes(b"abc", tmp_path / "x.ckpt")
     assert seen and seen[0].parent == tmp_path and (tmp_path / "x.ckpt").read_bytes() == b"abc"
 

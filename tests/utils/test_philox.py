@@ -78,8 +78,8 @@ def test_stream_key_and_key_forms():
 
 
 def test_threads_blocks_and_compiled_give_the_same_words(monkeypatch):
-    """The work split never changes a word: 1 vs 2 threads, blocked CPU path vs one piece (the path a GPU takes),
-    compiled vs eager rounds."""
+    """The work split never changes a word: 1 vs 2 threads (the compiled kernel's loop split), BLOCK (used only by
+    the eager CPU path) small or huge, the compiled words against :func:`counter_words` across the 2³³ carry."""
     key = stream_key(42)
     monkeypatch.setattr(philox, "BLOCK", 1 << 13)
     n = 9 * 4 * philox.BLOCK + 13  # ten CPU pieces
@@ -95,10 +95,10 @@ def test_threads_blocks_and_compiled_give_the_same_words(monkeypatch):
     monkeypatch.setattr(philox, "BLOCK", 1 << 40)  # one piece, as on a GPU
     assert torch.equal(random_bits(key, n, offset=3), one[0])
     assert torch.equal(normal(key, n, offset=1), one[1])
-    idx = torch.arange((1 << 33) - 100, (1 << 33) + 900)
+    first = torch.tensor((1 << 33) - 100)
     k0, k1 = torch.tensor(key[0]), torch.tensor(key[1])
     fused = philox._fused(torch.device("cpu"))  # compiled unless REPBENCH_PHILOX_COMPILE=0 or no compiler
-    assert torch.equal(fused(idx, k0, k1), philox.counter_words(idx, k0, k1))
+    assert torch.equal(fused(first, 1000, k0, k1), philox.counter_words(torch.arange(1000) + first, k0, k1))
 
 
 def test_compiled_and_eager_give_the_same_numbers(monkeypatch):
@@ -108,7 +108,8 @@ def test_compiled_and_eager_give_the_same_numbers(monkeypatch):
     unless the paths really differ); at 1 and 2 threads, over several pieces."""
     key, n = stream_key(77), 100_003
     monkeypatch.setattr(philox, "BLOCK", 1 << 12)  # several pieces
-    monkeypatch.setattr(philox, "_fused", lambda device, fn=None: fn or philox.counter_words)  # eager
+    monkeypatch.setenv("REPBENCH_PHILOX_COMPILE", "0")  # eager, in pieces of 4·BLOCK values
+    monkeypatch.setattr(philox, "_FUSED", {})
     eager = random_bits(key, n, offset=5), normal(key, n, offset=3)
     monkeypatch.undo()
     monkeypatch.setattr(philox, "BLOCK", 1 << 12)

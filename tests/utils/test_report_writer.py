@@ -53,7 +53,7 @@ def test_report_write_files(tmp_path) -> None:
 def test_report_write_keeps_previous_file_when_the_disk_is_full(tmp_path, monkeypatch) -> None:
     rep = Report(method="demo", rows=[{"backbone": "a"}], markdown="first\n", data={})
     rep.write(tmp_path)
-    import src.utils.checkpoint_io as cio
+    import src.utils.atomic_write as cio
 
     real = cio.os.fsync
 
