@@ -10,7 +10,10 @@ both ways. Prints the thread scaling new(2)/new(1) (target >= 1.7) and new/old a
 (b) ``--scores k``: SynBench scores (a_T = 0.7, every ε) of ``embedded:efficientnet_lite0`` at ``--image-size`` px
 for seeds 0 … k−1 with the Philox samples and with the old randn samples (the old sampler patched in), and the
 mean difference in units of the seed-to-seed standard error (sd over seeds / √k).
-(c) :func:`synbench_timing` — for the lead's GPU script (benchmarks/gpu.py): wall, forward and sampling time of
+(c) ``--whole-process k``: ``python -m src.synbench`` (the settings of ``benchmarks.engine --part synbench``: lite0,
+64 px, 5 s values × (2048 + 2048)) as whole processes, alternating the Philox sampler and the old one patched in,
+k pairs: what a user's run costs end to end, the kernel's compilation included.
+(d) :func:`synbench_timing` — for the lead's GPU script (benchmarks/gpu.py): wall, forward and sampling time of
 ``synbench()`` with the side-stream overlap on and off.
 """
 
@@ -19,7 +22,11 @@ from __future__ import annotations
 import argparse
 import contextlib
 import math
+import os
+import statistics
+import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -159,13 +166,51 @@ def synbench_timing(backbone: Any, device: Any = "cuda", budget: dict | None = N
     return {"overlap": overlap, "wall_s": wall, "forward_s": fwd, "other_s": wall - fwd, "images": images}
 
 
+def _cli_worker(sampler: str, overrides: list[str]) -> None:
+    """Run ``python -m src.synbench`` with ``overrides`` in this process, the old sampler patched in if asked."""
+    from src.synbench.__main__ import main as synbench_main
+
+    sys.argv = ["src.synbench", *overrides]
+    with old_sampler() if sampler == "old" else contextlib.nullcontext():
+        synbench_main()
+
+
+def whole_process(pairs: int) -> dict[str, list[float]]:
+    """Wall seconds of whole ``python -m src.synbench`` processes, new (Philox) and old sampler alternating."""
+    from benchmarks.engine import _cli_argv, loadavg
+
+    walls: dict[str, list[float]] = {"new": [], "old": []}
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    print(f"whole processes, {pairs} pairs; load before {loadavg()}")
+    with tempfile.TemporaryDirectory() as tmp:
+        for i in range(pairs):
+            for sampler in ("old", "new"):
+                overrides = _cli_argv(os.path.join(tmp, f"{sampler}{i}"), [])[2:]
+                argv = [sys.executable, "-m", "benchmarks.sampling", "--cli-worker", sampler, "--", *overrides]
+                t0 = time.perf_counter()
+                res = subprocess.run(argv, env=env, cwd=ROOT, capture_output=True, text=True)
+                walls[sampler].append(time.perf_counter() - t0)
+                if res.returncode != 0:
+                    raise RuntimeError(f"{sampler} sampler run failed:\n{res.stderr[-3000:]}")
+    ratio = statistics.median(o / n for o, n in zip(walls["old"], walls["new"]))
+    for sampler, ws in walls.items():
+        print(f"  python -m src.synbench, {sampler} sampler: {', '.join(f'{w:.1f}' for w in ws)} s")
+    print(f"  old/new (median of paired ratios): {ratio:.2f}x; load after {loadavg()}")
+    return walls
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--n", type=int, default=1 << 22, help="values per bare draw")
     ap.add_argument("--image-size", type=int, default=64)
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--scores", type=int, default=0, help="seeds of the old-vs-new score comparison (0: skip)")
+    ap.add_argument("--whole-process", type=int, default=0, help="pairs of whole SynBench CLI runs, old vs new")
+    ap.add_argument("--cli-worker", choices=["old", "new"], default=None, help=argparse.SUPPRESS)
+    ap.add_argument("overrides", nargs="*", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.cli_worker:
+        return _cli_worker(args.cli_worker, args.overrides)
     print(f"philox compiled rounds: {philox.compile_enabled()}  (REPBENCH_PHILOX_COMPILE=0 for eager)")
     r = draw_rates(args.n, args.image_size, args.repeats)
     for threads in (1, 2):
@@ -179,6 +224,8 @@ def main(argv: list[str] | None = None) -> None:
         )
     if args.scores:
         print(scores(args.scores, image=min(args.image_size, 32)))
+    if args.whole_process:
+        whole_process(args.whole_process)
 
 
 if __name__ == "__main__":

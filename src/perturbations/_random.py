@@ -12,8 +12,9 @@ crosses between host and device.
 * ``"mt"`` (CPU images, by default): the flat tensor is cut into fixed chunks of ``CHUNK`` values, chunk ``i`` is
   filled by its own ``torch.Generator`` seeded with ``splitmix64(base + i)`` on ``torch.get_num_threads()`` Python
   threads (torch releases the GIL inside the fill). The chunking does not depend on the number of threads. Kept for
-  the CPU because it is faster there: Philox in tensor ops ran 2.5-6x slower than these fills on the 2-core test CPU
-  (docs/speed.md), and the CPU path must not get slower.
+  the CPU so that CPU results stay those of earlier versions and no CPU perturbation gets slower: with the fused
+  Philox kernel the two engines are within noise of each other on the 2-core test CPU except frost (Philox
+  0.87-0.92x) and Gaussian noise (Philox 1.12-1.39x) (``python -m benchmarks.perturbations --part engines``).
 
 ``set_engine("philox")`` (or the environment variable ``REPBENCH_PERTURB_RNG=philox``) runs the device path on the
 CPU too: then a seed gives the same draws on the CPU as on a GPU. In both engines image i's draws occupy the values
