@@ -1,6 +1,7 @@
 """RepBench on one GPU: the figures of docs/speed.md ("GPU") in one script (≤ 5 minutes on an H100-class card).
 
-    python -m benchmarks.gpu                              # everything, on cuda, official SynBench budget
+    python -m benchmarks.gpu                              # everything, on cuda (≈ 5 minutes)
+    python -m benchmarks.gpu --full                       # fp32 and the score comparison on the whole budget too
     python -m benchmarks.gpu --part synbench              # one part: synbench | perturbations | task_prior | train
     python -m benchmarks.gpu --smoke --device cpu         # seconds-long dry run of every part (tiny sizes, any device)
 
@@ -8,11 +9,11 @@ Parts (each prints its rows as it goes, and all rows go to ``--out`` as JSON):
 
 * **synbench**: ViT-B/16 (timm ``vit_base_patch16_224``, random weights: no download), 224 px, the official
   protocol (49 s values × (2048 + 2048) images = 200,704 forwards) through ``synbench(..., device=...)`` with the
-  library's defaults, then with each extractor precision (``fp32``, ``tf32``, ``bf16``) on the SAME samples (same
-  seed; the samples are Philox streams, identical on every device). Per row: wall, forward seconds, the scores at
-  ε = 0 / 0.2 / 0.4 (a_T = 0.7). The Monte Carlo spread: ``--seeds k`` more runs of the fastest precision at seeds
-  1 … k give the seed-to-seed SD of the score at this budget; each precision's effect (score − fp32 score, same
-  samples) is printed in units of that SD.
+  library's defaults and with each other extractor precision (timing rows: wall, forward seconds, scores at
+  ε = 0 / 0.2 / 0.4, a_T = 0.7); fp32's official wall is extrapolated from a seventh of the budget (``--full``: run).
+  Scores on the SAME samples (the samples are Philox streams, identical on every device): ``fp32``, ``tf32``,
+  ``bf16`` on every 7th s value (``--full``: all), then ``--seeds k`` more seeds of the last precision for the
+  seed-to-seed SD of the score at that budget; each precision's effect (score − fp32 score) in units of that SD.
 * **consistency**: EfficientNet-Lite0 (pretrained, offline wheel) at 64 px, 3 s values, fp32: scores to 6 digits,
   to compare with the same part run on a CPU (same samples; only the float arithmetic differs).
 * **perturbations**: images/s of each of the nine perturbations (256 images, 224 px, on the device) and of a full
@@ -59,6 +60,14 @@ def _backbone(name: str, device: torch.device) -> Any:
     return create_backbone(name, pretrained=False).to(device).eval()
 
 
+def _subset(budget: dict[str, Any], every: int) -> dict[str, Any]:
+    """``budget`` on every ``every``-th of its s values (the official 49 → 7 for every = 7), same n per s."""
+    from src.synbench import SynBenchConfig
+
+    s_values = tuple(budget.get("s_values", SynBenchConfig().s_values))
+    return {**budget, "s_values": s_values[::every]}
+
+
 def synbench_rows(
     device: torch.device,
     backbone: str,
@@ -66,19 +75,33 @@ def synbench_rows(
     budget: dict[str, Any],
     seeds: int,
     precisions: tuple[str, ...] = PRECISIONS,
+    every: int = 7,
+    full: bool = False,
 ) -> dict[str, Any]:
-    """The SynBench table: defaults, then each precision at seed 0 (same samples), then ``seeds`` more runs of the
-    last precision for the seed-to-seed SD. Returns {"rows": [...], "sd": {eps: sd}, "effect_in_sd": {...}}."""
+    """The SynBench table in two blocks.
+
+    Timing, on ``budget`` (the official protocol): the library's defaults, then each other precision (the default
+    precision's row is the defaults run; fp32 only with ``full``, else its wall is extrapolated from the subset,
+    ×len(budget)/len(subset) s values, and labelled so). Scores, on the same samples: every precision on every
+    ``every``-th s value of the budget (7 of 49: a seventh of the forwards), then ``seeds`` more seeds of the last
+    precision there for the seed-to-seed SD of the score at that budget, and each precision's effect (score − fp32
+    score) in units of that SD. ``full=True`` runs all of it on the whole budget (≈ 8 minutes on an H200).
+    Returns {"rows": [...], "sd": {eps: sd}, "effect_in_sd": {...}, "fp32_extrapolated_wall_s": float | None}."""
+    import inspect
     import statistics
 
+    from src.features import FeatureExtractor
+    from src.features.precision import DEFAULT_PRECISION
     from src.synbench import SynBenchConfig, synbench
 
     bb = _backbone(backbone, device)
     shape = (3, size, size)
     rows: list[dict[str, Any]] = []
+    subset = budget if full else _subset(budget, every)
+    tag = "official" if full else "subset"  # subset: every ``every``-th s value
 
-    def run(label: str, seed: int, extractor: dict[str, Any] | None) -> dict[str, Any]:
-        cfg = SynBenchConfig(seed=seed, **budget)
+    def run(label: str, seed: int, extractor: dict[str, Any] | None, on: dict[str, Any], block: str) -> dict[str, Any]:
+        cfg = SynBenchConfig(seed=seed, **on)
         _sync(device)
         t0 = time.perf_counter()
         res = synbench(bb.embed, input_shape=shape, config=cfg, device=device, extractor=extractor)
@@ -86,30 +109,38 @@ def synbench_rows(
         wall = time.perf_counter() - t0
         row = {
             "setting": label,
+            "budget": block,
             "seed": seed,
             "images": len(cfg.s_values) * (cfg.n_train + cfg.n_test),
             "wall_s": round(wall, 2),
             "forward_s": round(float(res.timings.get("forward_s", float("nan"))), 2),
             "scores": {e: round(float(res.score(e, A_T)), 4) for e in EPS},
         }
-        print(f"  synbench {label:>9s} seed {seed}: {row['wall_s']:7.1f} s wall, {row['forward_s']:7.1f} s forwards, "
+        print(f"  synbench {label:>9s} {block:>12s} seed {seed}: {row['wall_s']:7.1f} s wall, "
+              f"{row['forward_s']:7.1f} s forwards, {row['images']} images, "
               f"scores {' / '.join(f'{v:.3f}' for v in row['scores'].values())}", flush=True)  # fmt: skip
         rows.append(row)
         return row
 
     warm = {**budget, "s_values": (1.0,), "n_train": 64, "n_test": 32}  # kernels, allocator, compiled draws
     synbench(bb.embed, input_shape=shape, config=SynBenchConfig(**warm), device=device)
-    import inspect
-
-    from src.features import FeatureExtractor
-
     default = inspect.signature(FeatureExtractor).parameters["precision"].default
-    base = run("defaults", 0, None)
-    # the default precision's row is the defaults run (same samples, same arithmetic): not run twice
-    by_precision = {p: {**base, "setting": p} if p == default else run(p, 0, {"precision": p}) for p in precisions}
+    default = DEFAULT_PRECISION if default is None else default  # precision=None means the policy's default
     print(f"  (the default precision is {default!r})", flush=True)
-    spread = [by_precision[precisions[-1]]["scores"]] + [
-        run(precisions[-1], s, {"precision": precisions[-1]})["scores"] for s in range(1, seeds + 1)
+    base = run("defaults", 0, None, budget, "official")
+    for p in precisions:  # timing rows on the official budget
+        if p != default and (p != "fp32" or full):
+            run(p, 0, {"precision": p}, budget, "official")
+    by_precision = {}  # the scores block: same samples, every precision
+    for p in precisions:
+        same = full and (p == default or p != "fp32")
+        if same:  # already run on this budget
+            by_precision[p] = base if p == default else next(r for r in rows if r["setting"] == p)
+        else:
+            by_precision[p] = run(p, 0, {"precision": p}, subset, tag)
+    last = precisions[-1]
+    spread = [by_precision[last]["scores"]] + [
+        run(last, s, {"precision": last}, subset, tag)["scores"] for s in range(1, seeds + 1)
     ]
     sd = {e: statistics.stdev(r[e] for r in spread) if len(spread) > 1 else float("nan") for e in EPS}
     ref = by_precision.get("fp32")
@@ -117,12 +148,40 @@ def synbench_rows(
         p: {e: (r["scores"][e] - ref["scores"][e]) / sd[e] if ref and sd[e] > 0 else float("nan") for e in EPS}
         for p, r in by_precision.items()
     }
-    print(f"  seed-to-seed SD of the score ({precisions[-1]}, {len(spread)} seeds): "
+    extrapolated = None
+    if not full and ref is not None:
+        factor = len(SynBenchConfig(**budget).s_values) / len(SynBenchConfig(**subset).s_values)
+        extrapolated = round(ref["wall_s"] * factor, 1)
+        print(f"  synbench      fp32     official: ≈ {extrapolated:.1f} s wall (extrapolated ×{factor:g} from "
+              f"{ref['wall_s']:.1f} s on every {every}th s value)", flush=True)  # fmt: skip
+    print(f"  seed-to-seed SD of the score ({last}, {len(spread)} seeds, {tag}): "
           + " / ".join(f"{sd[e]:.4f}" for e in EPS), flush=True)  # fmt: skip
     for p in (p for p in by_precision if p != "fp32"):
-        print(f"  effect of {p} vs fp32 (same samples), in SDs: "
+        print(f"  effect of {p} vs fp32 (same samples, {tag}), in SDs: "
               + " / ".join(f"{effect[p][e]:+.2f}" for e in EPS), flush=True)  # fmt: skip
-    return {"rows": rows, "sd": sd, "effect_in_sd": effect}
+    overlap = overlap_rows(bb, device, {**subset, "image_size": size})
+    return {
+        "rows": rows,
+        "sd": sd,
+        "effect_in_sd": effect,
+        "fp32_extrapolated_wall_s": extrapolated,
+        "overlap": overlap,
+    }
+
+
+def overlap_rows(bb: Any, device: torch.device, budget: dict[str, Any]) -> list[dict[str, Any]]:
+    """Does the GPU wait for the samples? ``synbench()`` with the defaults on ``budget``, drawing the next batch on
+    a side stream during the forwards (on) and right before each forward (off): wall − forward seconds of each
+    (:func:`benchmarks.sampling.synbench_timing`)."""
+    from benchmarks.sampling import synbench_timing
+
+    out = []
+    for on in (False, True, False, True):  # interleaved: the second pair is the one to read
+        r = synbench_timing(bb, device, budget=dict(budget), overlap=on)
+        print(f"  synbench overlap {'on ' if on else 'off'}: {r['wall_s']:6.1f} s wall, {r['forward_s']:6.1f} s "
+              f"forwards, {r['other_s']:5.1f} s else", flush=True)  # fmt: skip
+        out.append(r)
+    return out
 
 
 def consistency_row(device: torch.device, backbone: str = "embedded:efficientnet_lite0") -> dict[str, Any]:
@@ -194,6 +253,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--seeds", type=int, default=2, help="extra SynBench seeds for the Monte Carlo SD")
     ap.add_argument("--smoke", action="store_true", help="tiny sizes: a seconds-long check of the script itself")
+    ap.add_argument(
+        "--full", action="store_true", help="SynBench: fp32 and the score comparison on the whole official budget"
+    )
     ap.add_argument("--out", type=Path, default=None, help="write every row as JSON here")
     args = ap.parse_args(argv)
     device = torch.device(args.device)
@@ -214,7 +276,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     for part in parts:
         t0 = time.perf_counter()
         if part == "synbench":
-            results[part] = synbench_rows(device, backbone, size, budget, 1 if args.smoke else args.seeds)
+            every = 1 if args.smoke else 7
+            seeds = 1 if args.smoke else args.seeds
+            results[part] = synbench_rows(device, backbone, size, budget, seeds, every=every, full=args.full)
         elif part == "consistency":
             results[part] = consistency_row(device)
         elif part == "perturbations":

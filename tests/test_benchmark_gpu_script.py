@@ -13,10 +13,16 @@ gpu = pytest.importorskip("benchmarks.gpu")
 def test_smoke_synbench_and_task_prior_parts(tmp_path) -> None:
     out = tmp_path / "gpu.json"
     syn = gpu.main(["--smoke", "--device", "cpu", "--part", "synbench", "--out", str(out)])["synbench"]
-    labels = [r["setting"] for r in syn["rows"]]
-    assert labels[:4] == ["defaults", "fp32", "tf32", "bf16"] and out.is_file()
-    fp32, tf32 = syn["rows"][1]["scores"], syn["rows"][2]["scores"]
-    assert fp32 == tf32  # on the CPU "tf32" is plain fp32 arithmetic: the same features, the same scores
-    assert syn["rows"][0]["scores"] == fp32  # the default precision on the CPU is fp32, same samples
+    rows = {(r["setting"], r["budget"], r["seed"]): r for r in syn["rows"]}
+    official = [k[0] for k in rows if k[1] == "official"]
+    assert official[0] == "defaults" and "fp32" not in official and out.is_file()  # fp32 is extrapolated
+    scored = {k[0]: r["scores"] for k, r in rows.items() if k[1] != "official" and k[2] == 0}
+    assert set(scored) == {"fp32", "tf32", "bf16"}
+    assert scored["fp32"] == scored["tf32"]  # on the CPU "tf32" is plain fp32 arithmetic: same features and scores
+    # --smoke takes every s value (every = 1): the subset is the official budget, so the defaults run on the CPU
+    # (fp32 arithmetic) gives fp32's scores on the same samples
+    assert rows[("defaults", "official", 0)]["scores"] == scored["fp32"]
+    assert syn["fp32_extrapolated_wall_s"] == round(rows[("fp32", "subset", 0)]["wall_s"], 1)  # factor 1 here
+    assert [r["overlap"] for r in syn["overlap"]] == [False, True, False, True]
     tp = gpu.main(["--smoke", "--device", "cpu", "--part", "task_prior"])["task_prior"]
     assert tp[0]["n"] == 512 and math.isfinite(tp[0]["seconds"])
