@@ -219,6 +219,14 @@ def _fused(device: torch.device, fn: Callable[..., Tensor] | None = None, *extra
         return chosen
 
 
+def _scalar(v: Any, device: torch.device) -> Tensor:
+    """A 0-d int64 tensor on ``device``: a Python int is written by a fill kernel (no host-to-device copy, hence no
+    stream synchronisation on CUDA), a tensor is moved."""
+    if isinstance(v, Tensor):
+        return v.to(device=device, dtype=torch.int64)
+    return torch.full((), int(v), dtype=torch.int64, device=device)
+
+
 def _stream(
     fn: Callable[..., Tensor], key: Key, n: int, offset: int, device: torch.device, dtype: torch.dtype, *extra: Any
 ) -> Tensor:
@@ -230,16 +238,14 @@ def _stream(
     of ``4·BLOCK`` values that bound the eager temporaries, each op parallel over torch's threads. No Python thread
     pool: torch ops run from pool threads measurably slowed the rest of a training run (the main job: 82 s against
     72 s). A value never depends on the split."""
-    k0, k1 = (torch.as_tensor(k, dtype=torch.int64).to(device) for k in _key_words(key))
+    k0, k1 = (_scalar(k, device) for k in _key_words(key))
     kernel = _fused(device, fn, *extra)
 
     def piece(start: int, stop: int) -> Tensor:
         first = start // 4
         lo = start - 4 * first
         count = (stop - 1) // 4 - first + 1
-        return kernel(torch.tensor(first, dtype=torch.int64, device=device), count, k0, k1, *extra)[
-            lo : lo + stop - start
-        ]
+        return kernel(_scalar(first, device), count, k0, k1, *extra)[lo : lo + stop - start]
 
     if n == 0:
         return torch.empty(0, dtype=dtype, device=device)
