@@ -194,15 +194,17 @@ class SamplingPlan:
             cfg.normalization, channels, resolve_backbone_mean_std(feature_fn, backbone_mean_std, channels, shape)
         )
         factor = _factor(cfg, shape)
+        dev = torch.device(device)
         kwargs = dict(
             input_shape=shape,
             seed=cfg.seed,
             chunk_size=cfg.chunk_size,
             mean_offset=cfg.mean_offset,
             class_prior=cfg.class_prior,
-            factor=factor,
-            channel_affine=affine,
-            device=torch.device(device),
+            # moved to the sampling device once, not per chunk (a host-to-device copy waits on CUDA)
+            factor=None if factor is None else factor.to(dev),
+            channel_affine=None if affine is None else tuple(t.to(dev) for t in affine),
+            device=dev,
         )
         return cls(
             shape, cfg.s_values, cfg.n_train, cfg.n_test, cfg.batch_size, kwargs, margin_scale(cfg, shape, factor)

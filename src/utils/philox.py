@@ -165,7 +165,7 @@ def range_normals(first: Tensor, count: int, k0: Tensor, k1: Tensor, dtype: torc
     return counter_normals(torch.arange(count, dtype=torch.int64, device=first.device) + first, k0, k1, dtype)
 
 
-_FUSED: dict[tuple[str, str], Callable[..., Tensor]] = {}
+_FUSED: dict[tuple[str, ...], Callable[..., Tensor]] = {}
 _FUSED_LOCK = threading.Lock()
 _HINT = 1 << 16  # counters in the first (checking) call of a compiled kernel
 
