@@ -127,17 +127,12 @@ def synbench_rows(
     default = inspect.signature(FeatureExtractor).parameters["precision"].default
     default = DEFAULT_PRECISION if default is None else default  # precision=None means the policy's default
     print(f"  (the default precision is {default!r})", flush=True)
-    base = run("defaults", 0, None, budget, "official")
+    official = {default: run("defaults", 0, None, budget, "official")}
     for p in precisions:  # timing rows on the official budget
         if p != default and (p != "fp32" or full):
-            run(p, 0, {"precision": p}, budget, "official")
-    by_precision = {}  # the scores block: same samples, every precision
-    for p in precisions:
-        same = full and (p == default or p != "fp32")
-        if same:  # already run on this budget
-            by_precision[p] = base if p == default else next(r for r in rows if r["setting"] == p)
-        else:
-            by_precision[p] = run(p, 0, {"precision": p}, subset, tag)
+            official[p] = run(p, 0, {"precision": p}, budget, "official")
+    # the scores block, same samples: with ``full`` the official rows themselves, else every precision on the subset
+    by_precision = {p: official[p] if full else run(p, 0, {"precision": p}, subset, tag) for p in precisions}
     last = precisions[-1]
     spread = [by_precision[last]["scores"]] + [
         run(last, s, {"precision": last}, subset, tag)["scores"] for s in range(1, seeds + 1)

@@ -24,7 +24,6 @@ import contextlib
 import math
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -177,21 +176,16 @@ def _cli_worker(sampler: str, overrides: list[str]) -> None:
 
 def whole_process(pairs: int) -> dict[str, list[float]]:
     """Wall seconds of whole ``python -m src.synbench`` processes, new (Philox) and old sampler alternating."""
-    from benchmarks.engine import _cli_argv, loadavg
+    from benchmarks.engine import _cli_argv, _subprocess, loadavg
 
     walls: dict[str, list[float]] = {"new": [], "old": []}
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
     print(f"whole processes, {pairs} pairs; load before {loadavg()}")
     with tempfile.TemporaryDirectory() as tmp:
         for i in range(pairs):
             for sampler in ("old", "new"):
                 overrides = _cli_argv(os.path.join(tmp, f"{sampler}{i}"), [])[2:]
-                argv = [sys.executable, "-m", "benchmarks.sampling", "--cli-worker", sampler, "--", *overrides]
-                t0 = time.perf_counter()
-                res = subprocess.run(argv, env=env, cwd=ROOT, capture_output=True, text=True)
-                walls[sampler].append(time.perf_counter() - t0)
-                if res.returncode != 0:
-                    raise RuntimeError(f"{sampler} sampler run failed:\n{res.stderr[-3000:]}")
+                argv = ["-m", "benchmarks.sampling", "--cli-worker", sampler, "--", *overrides]
+                walls[sampler].append(_subprocess(argv, "keep")[1])  # the CLI's allocator setting
     ratio = statistics.median(o / n for o, n in zip(walls["old"], walls["new"]))
     for sampler, ws in walls.items():
         print(f"  python -m src.synbench, {sampler} sampler: {', '.join(f'{w:.1f}' for w in ws)} s")

@@ -5,10 +5,9 @@ system temporary directory and then moves it onto the target. When ``$TMPDIR`` a
 systems (node-local scratch, shared output storage) the move is a copy that first truncates the target: a disk that
 fills during the copy destroys the previous good ``last.ckpt``. A failed save also leaves partial files behind.
 
-:class:`AtomicCheckpointIO` writes ``.<name>.<pid>.<random>.tmp`` **in the target's own directory**, flushes and
-fsyncs it, then ``os.replace``-s it onto the target (atomic on POSIX and Windows within one file system). On any
-error the temporary file is removed and the previous checkpoint under that name is untouched. Remote URLs
-(``s3://``...) go to Lightning's own implementation.
+:class:`AtomicCheckpointIO` saves local paths through :func:`~src.utils.atomic_write.atomic_write_bytes` (a
+temporary file in the target's own directory, fsync, ``os.replace``): on any error the previous checkpoint under
+that name is untouched. Remote URLs (``s3://``...) go to Lightning's own implementation.
 
 Use it in your own Trainer: ``L.Trainer(plugins=[AtomicCheckpointIO()])``; ``python -m src.train`` always does.
 """
