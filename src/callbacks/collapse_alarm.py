@@ -32,8 +32,8 @@ from torch import Tensor
 
 from ..features import FeatureExtractor
 from ..utils.modes import eval_mode
-from ..utils.probe_images import check_image_source, check_num_images, probe_images
-from ._monitor import BackboneMonitor, first_val_images
+from ..utils.normalization import Normalize
+from ._monitor import BackboneMonitor
 from .spectrum_callback import RepresentationCollapseWarning
 
 __all__ = ["CollapseAlarm", "CollapseAlarmWarning", "mean_cross_cosine"]
@@ -79,7 +79,10 @@ class CollapseAlarm(BackboneMonitor):
     keys: logged names of the inputs, ``{"synbench": ..., "rankme": ..., "radius": ..., "task_prior": ...}``
         (defaults: the monitors' default names).
     images, num_images, image_size: the probe set of the cosine (the monitors' vocabulary, see
-        :func:`src.utils.probe_images.probe_images`); validation images in [0, 1].
+        :func:`src.utils.probe_images.probe_images`; built and checked before training).
+    normalize: None (the backbone takes [0, 1] pixels) or ``(mean, std)`` / ``{"mean": ..., "std": ...}`` /
+        torchvision's ``Normalize``: the backbone takes ``(pixels - mean) / std`` and the validation images carry it
+        (the monitors' input contract). ``denormalize``: its deprecated alias.
     every_n_epochs: check at the end of every N-th epoch (and after the last one).
     feature_fn: ``(pl_module, x) -> (N, D)``; default ``pl_module.backbone.embed``.
     prefix: logs ``{prefix}/alarm`` (0/1) and ``{prefix}/cosine``.
@@ -107,8 +110,13 @@ class CollapseAlarm(BackboneMonitor):
         every_n_epochs: int = 1,
         feature_fn: Callable[[L.LightningModule, Tensor], Tensor] | None = None,
         prefix: str = "val/collapse",
+        normalize: Normalize = None,
+        denormalize: Any = None,
     ) -> None:
-        super().__init__(every_n_epochs, feature_fn, False, prefix, at_train_start=False, progress=False)
+        super().__init__(
+            every_n_epochs, feature_fn, False, prefix, at_train_start=False, progress=False, normalize=normalize,
+            denormalize=denormalize,
+        )  # fmt: skip
         self.synbench_floor = _threshold(synbench_floor, "synbench_floor", 0.0)
         self.rankme_floor = _threshold(rankme_floor, "rankme_floor", 0.0)
         self.radius_floor = _threshold(radius_floor, "radius_floor", 0.0, 1.0)
@@ -124,10 +132,9 @@ class CollapseAlarm(BackboneMonitor):
             raise ValueError(f"{_NAME}: unknown keys {unknown}; the inputs are {sorted(self.KEYS)}")
         self.keys = {**self.KEYS, **dict(keys or {})}
         self.stop = bool(stop)
-        self.images_source = check_image_source(images, _NAME)
-        self.num_images = check_num_images(num_images, self.images_source, _NAME)
-        self.image_size = int(image_size)
-        self.images: Tensor | None = None
+        # the cosine between different images needs two; probe images only when the cosine condition is armed
+        self._init_images(images, num_images, image_size, resize=True, min_images=2)
+        self.uses_images = self.cosine_ceiling is not None
         self.best_z: float | None = None
         self.reasons: list[str] = []  # why it fired at the last check (empty: it did not)
         self.fired_epochs: list[int] = []
@@ -151,15 +158,10 @@ class CollapseAlarm(BackboneMonitor):
     # ------------------------------------------------------------------ the check
     def cross_cosine(self, trainer: Any, pl_module: L.LightningModule) -> float:
         """Mean cosine between the features of different probe images (one forward of the probe set)."""
-        if self.images is None:
-            val = first_val_images(trainer, self.num_images) if self.images_source in ("auto", "val") else None
-            self.images = probe_images(
-                self.images_source, num_images=self.num_images, image_size=self.image_size, val_images=val,
-                owner=_NAME,
-            )  # fmt: skip
+        images = self.probe_images(trainer)
         module, fn = self._encoder(pl_module)
         with eval_mode(module):
-            z = FeatureExtractor(fn, device=pl_module.device)(self.images)
+            z = FeatureExtractor(fn, device=pl_module.device)(images)
         return mean_cross_cosine(z)
 
     def judge(self, metrics: dict[str, float], cosine: float | None) -> list[str]:

@@ -10,8 +10,12 @@ Usable in any Lightning training whose LightningModule exposes ``backbone`` (wit
 ``num_images`` images of the data module's validation set (``"val"``), the bundled offline sample photos
 (``"photos"``), the bundled digits (``"digits"``), the validation images when there are some and else the photos
 (``"auto"``, the default), or an image tensor; validation images are resized to ``image_size`` once. Validation
-images must be in [0, 1] pixel space, or be mapped there by ``denormalize=(mean, std)`` (or a callable): images
-outside [0, 1] by more than a resize can overshoot are refused, never clipped silently. Work is split
+images are [0, 1] pixels, or carry the pipeline's normalisation given as ``normalize=(mean, std)`` (the monitors'
+input contract, :mod:`src.callbacks._monitor`): they are mapped back to pixels for the perturbations and every
+perturbed or clean image is normalised again before the backbone sees it. Images outside [0, 1] (after mapping) by
+more than a resize can overshoot are refused, never clipped silently. The perturbed versions of the fixed probe set
+are made once per run (:func:`~src.divergence_radius.protocol.perturbed_probe_set`); each computation only embeds
+them. Work is split
 in chunks over ranks and reduced through sum-state torchmetrics, so the logged numbers do not depend on the number
 of processes. Logs ``val/divergence_radius/<perturbation>``, ``val/divergence_radius/mean``,
 ``val/cosine_robustness/<perturbation>``, ``val/cosine_robustness/mean`` (``val`` = ``prefix``) and a bar figure.
@@ -31,11 +35,17 @@ import torch
 from torch import Tensor
 
 from ..divergence_radius.config import DivergenceRadiusConfig
+
+try:  # TEMPORARY until the cache lands in the protocol
+    from ..divergence_radius.protocol import PerturbedProbeSet, perturbed_probe_set
+except ImportError:  # pragma: no cover
+    PerturbedProbeSet = Any
+    perturbed_probe_set = None
 from ..metrics.divergence_radius import robustness_metrics
 from ..utils.distributed import Shard
 from ..utils.modes import eval_mode
-from ..utils.probe_images import Denormalize, as_denormalize, check_image_source, check_num_images, probe_images
-from ._monitor import BackboneMonitor, first_val_images, rank_and_world
+from ..utils.normalization import Normalize
+from ._monitor import BackboneMonitor, rank_and_world
 
 __all__ = ["DivergenceRadiusCallback", "robustness_figure"]
 
@@ -101,11 +111,13 @@ class DivergenceRadiusCallback(BackboneMonitor):
         1 <= N <= ``num_images`` (used as given, at its own size).
     source: deprecated alias of ``images=`` (a name only; removed in the next release): a DeprecationWarning; giving
         both is an error.
-    denormalize: how the validation images map to [0, 1] pixel space: None (they are in [0, 1]), ``(mean, std)`` or
-        ``{"mean": ..., "std": ...}`` of the normalisation they carry (``x * std + mean``; ``(0, 1 / 255)`` for
-        0..255 images), or a callable. Applies to validation images only (photos, digits and a tensor are pixel
-        space). Out-of-range images are refused (see :func:`src.utils.probe_images.pixel_images`); the allowed
-        resize overshoot (at most 57/128) is clipped to [0, 1] with a warning.
+    normalize: None (the backbone takes [0, 1] pixels, as do RepBench's backbones) or ``(mean, std)`` /
+        ``{"mean": ..., "std": ...}`` / torchvision's ``Normalize``: the backbone takes ``(pixels - mean) / std``
+        and the validation images carry it (``(0, 1 / 255)`` for 0..255 images). Validation images are mapped back
+        (``x * std + mean``) and checked; photos, digits and a tensor are pixel space. Every image is normalised
+        before each forward. Out-of-range images are refused (see :func:`src.utils.probe_images.pixel_images`); the
+        allowed resize overshoot (at most 57/128) is clipped to [0, 1] with a warning.
+    denormalize: deprecated alias of ``normalize`` (a DeprecationWarning; a callable is refused).
     prefix: log-name prefix (``val``): ``{prefix}/divergence_radius/...``; two callbacks in one Trainer need
         different prefixes.
     progress: report progress while computing (counts of embedded images, elapsed time).
@@ -129,34 +141,30 @@ class DivergenceRadiusCallback(BackboneMonitor):
         skip_unchanged: bool = True,
         log_figure: bool = True,
         images: str | Tensor = "auto",
-        denormalize: Denormalize = None,
+        denormalize: Any = None,
         prefix: str = "val",
         progress: bool = True,
         config: DivergenceRadiusConfig | Mapping[str, Any] | None = None,
+        normalize: Normalize = None,
     ) -> None:
-        super().__init__(every_n_epochs, feature_fn, skip_unchanged, prefix, at_train_start, progress)
-        name = type(self).__name__
-        images = check_image_source(_deprecated_source(source, images), name)
-        num_images = check_num_images(num_images, images, name)
-        if image_size < 16:
-            raise ValueError(f"need num_images >= 1 and image_size >= 16, got {num_images} and {image_size}")
+        super().__init__(
+            every_n_epochs, feature_fn, skip_unchanged, prefix, at_train_start, progress, normalize, denormalize
+        )
+        images = _deprecated_source(source, images)
+        if isinstance(image_size, bool) or not isinstance(image_size, int) or image_size < 16:
+            raise ValueError(
+                f"DivergenceRadiusCallback: image_size must be an integer >= 16 (the perturbations' smallest side), "
+                f"got {image_size!r}"
+            )
         self.config = DivergenceRadiusConfig.merged(
             config, perturbations=perturbations, m=m, mode=mode, seed=seed, chunk_size=chunk_size
         )
-        self.num_images, self.image_size = num_images, int(image_size)
         self.names, self.m, self.mode = self.config.perturbations, self.config.m, self.config.mode
-        self.chunk_size, self.seed = self.config.chunk_size, self.config.seed
+        self.chunk_size = self.config.chunk_size
+        self._init_images(images, num_images, image_size, seed=self.config.seed, resize=True)
         self.log_figure = log_figure
-        self.denormalize = as_denormalize(denormalize, name)
-        self.images_source: str | Tensor = images
-        #: the probe set once built (a tensor's now: refused here, not at the first epoch end)
-        self.images: Tensor | None = self._build(None) if isinstance(images, Tensor) else None
+        self.perturbed: PerturbedProbeSet | None = None  # this rank's perturbed probe set, made once per run
         self.seconds = 0.0  # wall time spent computing (the callback's share of a run)
-
-    @property
-    def source(self) -> str:
-        """The probe source's name (``"tensor"`` for an image tensor)."""
-        return self.images_source if isinstance(self.images_source, str) else "tensor"
 
     def _identity(self) -> dict[str, Any]:
         # "source" holds the source's name as before images= replaced source=; a tensor keeps "auto", the key the
@@ -166,20 +174,13 @@ class DivergenceRadiusCallback(BackboneMonitor):
                 "source": source}  # fmt: skip
 
     # ------------------------------------------------------------------ pieces
-    def _build(self, val_images: Tensor | None) -> Tensor:
-        """The probe set of ``images=`` (validation images resized to ``image_size``)."""
-        return probe_images(
-            self.images_source, num_images=self.num_images, image_size=self.image_size, seed=self.seed,
-            val_images=val_images, denormalize=self.denormalize, resize=True, owner=type(self).__name__,
-        )  # fmt: skip
-
-    def probe_images(self, trainer: L.Trainer) -> Tensor:
-        """The fixed probe set (built once, identical on every rank): see ``images=`` and
-        :func:`src.utils.probe_images.probe_images`."""
-        if self.images is None:
-            wants_val = self.images_source in ("auto", "val")
-            self.images = self._build(first_val_images(trainer, self.num_images) if wants_val else None)
-        return self.images
+    def _perturbed(self, trainer: Any) -> PerturbedProbeSet:
+        """This rank's perturbed probe set, made at the first computation and reused (the probe images, the sweep
+        and the shard are fixed for the run)."""
+        rank, world = rank_and_world(trainer)
+        if self.perturbed is None or self.perturbed.shard != Shard(rank, world):
+            self.perturbed = perturbed_probe_set(self.probe_images(trainer), self.config, shard=Shard(rank, world))
+        return self.perturbed
 
     def _embed_count(self, trainer: Any, n_images: int) -> int:
         """Images this rank embeds in one computation: its chunks' images, clean and m versions per perturbation."""
@@ -190,25 +191,34 @@ class DivergenceRadiusCallback(BackboneMonitor):
 
     def compute(self, trainer: L.Trainer, pl_module: L.LightningModule) -> dict[str, float]:
         """Run the sweep on this rank's chunks; every rank must call it (the metrics all-reduce)."""
+        self._ready(trainer, pl_module)
         module, fn = self._encoder(pl_module)
         images = self.probe_images(trainer)
         start = time.perf_counter()
         progress = self._progress(trainer, "DivergenceRadius", self._embed_count(trainer, images.shape[0]))
+        kw = {}
+        if perturbed_probe_set is not None:
+            first = self.perturbed is None
+            kw["perturbed"] = self._perturbed(trainer)
+            if first:
+                progress.stage(f"perturbed the probe set once for the run ({kw['perturbed'].nbytes / 2**20:.0f} MiB)")
+        rank, world = rank_and_world(trainer)
         with eval_mode(module):
             out = robustness_metrics(
                 images,
                 progress.counted(fn),
                 self.config,
-                rank=trainer.global_rank,
-                world_size=trainer.world_size,
+                rank=rank,
+                world_size=world,
                 device=pl_module.device,
+                **kw,
             )
         progress.done()
         seconds = time.perf_counter() - start
         self.seconds += seconds
         self.computations += 1
         if trainer.global_rank == 0:
-            log.info(
+            log.debug(
                 "DivergenceRadius: %d images x %d perturbations x (1 + %d) versions in %.1f s; mean R_dr %.4f",
                 images.shape[0], len(self.names), self.m, seconds, out["divergence_radius/mean"],
             )  # fmt: skip

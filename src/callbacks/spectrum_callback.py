@@ -41,11 +41,10 @@ from ..baselines._checks import check_real
 from ..baselines.spectral import DEFAULT_FIT_RANGE, check_fit_range
 from ..features import FeatureExtractor
 from ..metrics.baselines import AlphaReQ, RankMe
-from ..utils.digits import check_image_size
 from ..utils.distributed import Shard, all_reduce_sum
 from ..utils.modes import eval_mode
-from ..utils.probe_images import Denormalize, as_denormalize, check_image_source, check_num_images, probe_images
-from ._monitor import BackboneMonitor, first_val_images, rank_and_world
+from ..utils.normalization import Normalize
+from ._monitor import BackboneMonitor, rank_and_world
 
 __all__ = ["RepresentationCollapseWarning", "RepresentationSpectrumCallback"]
 
@@ -89,8 +88,10 @@ class RepresentationSpectrumCallback(BackboneMonitor):
     image_size: side of the photos and digits; validation images and a tensor keep their own size (the
         representation at the resolution it is trained on).
     seed: seed of the photo crops.
-    denormalize: how the validation images map to [0, 1] pixel space: None (they are in [0, 1]), ``(mean, std)`` /
-        ``{"mean": ..., "std": ...}`` of their normalisation, or a callable (see docs/monitoring.md).
+    normalize: None (the backbone takes [0, 1] pixels) or ``(mean, std)`` / ``{"mean": ..., "std": ...}`` /
+        torchvision's ``Normalize``: the backbone takes ``(pixels - mean) / std`` and the validation images carry it
+        (the monitors' input contract; docs/monitoring.md).
+    denormalize: deprecated alias of ``normalize`` (a DeprecationWarning; a callable is refused).
     fit_range: (first, last) 1-based ranks of the α-ReQ power-law fit (default (11, 100), the authors').
     collapse_threshold: warn (:class:`RepresentationCollapseWarning`, naming the epoch) when RankMe falls below
         it; None: never. RankMe is >= 1 for any non-zero features; 1 is a single direction.
@@ -109,7 +110,7 @@ class RepresentationSpectrumCallback(BackboneMonitor):
         num_images: int = 512,
         image_size: int = 64,
         seed: int = 0,
-        denormalize: Denormalize = None,
+        denormalize: Any = None,
         fit_range: Sequence[int] = DEFAULT_FIT_RANGE,
         collapse_threshold: float | None = 2.0,
         feature_fn: Callable[[L.LightningModule, Tensor], Tensor] | None = None,
@@ -117,15 +118,11 @@ class RepresentationSpectrumCallback(BackboneMonitor):
         max_batch: int = 256,
         prefix: str = "val/spectrum",
         progress: bool = True,
+        normalize: Normalize = None,
     ) -> None:
-        super().__init__(every_n_epochs, feature_fn, skip_unchanged, prefix, at_train_start, progress)
-        images = check_image_source(images, _NAME)
-        self.num_images = check_num_images(num_images, images, _NAME)
-        if self.num_images < 2:
-            raise ValueError(f"{_NAME}: num_images must be >= 2 (a spectrum needs several images), got {num_images}")
-        self.image_size = check_image_size(image_size, "image_size", f"{_NAME}: set image_size=64 (say)")
-        self.seed = int(seed)
-        self.denormalize = as_denormalize(denormalize, _NAME)
+        super().__init__(
+            every_n_epochs, feature_fn, skip_unchanged, prefix, at_train_start, progress, normalize, denormalize
+        )
         self.fit_range = check_fit_range(fit_range)
         self.collapse_threshold = (
             None
@@ -135,40 +132,20 @@ class RepresentationSpectrumCallback(BackboneMonitor):
         if isinstance(max_batch, bool) or not isinstance(max_batch, int) or max_batch < 1:
             raise ValueError(f"{_NAME}: max_batch must be an integer >= 1 (images per forward), got {max_batch!r}")
         self.max_batch = max_batch
-        self.images_source: str | Tensor = images
-        #: the probe set once built (a tensor's now: refused here, not at the first epoch end)
-        self.images: Tensor | None = self._build(None) if isinstance(images, Tensor) else None
+        # a spectrum needs several images; validation images at their own size (the trained resolution)
+        self._init_images(images, num_images, image_size, seed=seed, resize=False, min_images=2)
         self._alpha_warned = False
 
     def _identity(self) -> dict[str, Any]:
-        images = self.images_source if isinstance(self.images_source, str) else "tensor"
-        return {"images": images, "num_images": self.num_images, "image_size": self.image_size,
+        return {"images": self.source, "num_images": self.num_images, "image_size": self.image_size,
                 "fit_range": list(self.fit_range)}  # fmt: skip
 
     # ------------------------------------------------------------------ pieces
-    def _build(self, val_images: Tensor | None) -> Tensor:
-        """The probe set of ``images=`` (validation images at their own size), refused below 2 images."""
-        images = probe_images(
-            self.images_source, num_images=self.num_images, image_size=self.image_size, seed=self.seed,
-            val_images=val_images, denormalize=self.denormalize, resize=False, owner=_NAME,
-        )  # fmt: skip
-        if images.shape[0] < 2:
-            raise ValueError(
-                f"{_NAME}: the probe set has {images.shape[0]} image, a spectrum needs >= 2; give more validation "
-                "images or another images= source ('photos', 'digits')"
-            )
-        return images
-
-    def probe_images(self, trainer: Any) -> Tensor:
-        """The fixed probe set (built once, identical on every rank): see ``images=``."""
-        if self.images is None:
-            wants_val = self.images_source in ("auto", "val")
-            self.images = self._build(first_val_images(trainer, self.num_images) if wants_val else None)
-        return self.images
 
     def _embed_share(self, trainer: Any, pl_module: L.LightningModule) -> Tensor | None:
         """This rank's round-robin share of the probe features (float32, on the module's device), or None when it
         owns no image."""
+        self._ready(trainer, pl_module)
         images = self.probe_images(trainer)
         idx = list(Shard(*rank_and_world(trainer)).indices(images.shape[0]))
         module, fn = self._encoder(pl_module)

@@ -2,7 +2,10 @@
 
 Usable in any Lightning training: attach it to a Trainer whose LightningModule exposes ``backbone`` (a RepBench
 :class:`~src.backbones.Backbone` or any module mapping (N, C, H, W) images to (N, D) features) or pass
-``feature_fn=lambda module, x: ...``. The synthetic data is the callback's own, sharded by rank (each rank draws
+``feature_fn=lambda module, x: ...``. The backbone sees the synthetic images as it sees its training images
+(``normalize=(mean, std)`` when the pipeline normalises, the monitors' input contract, :mod:`src.callbacks._monitor`;
+the callback's protocol uses ``normalization="backbone"``: the network sees the pixel samples normalised the way
+its own inputs are). The synthetic data is the callback's own, sharded by rank (each rank draws
 only its chunks of every split), and the score is a :class:`~src.metrics.SynBenchScore` on sum-reduced statistics,
 so the logged numbers do not depend on the number of processes (every rank joins every collective, also ranks
 without chunks, so no rank count can deadlock). Logs ``val/synbench/score`` (ε = eps[0]),
@@ -17,13 +20,16 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import lightning as L
+import torch
 from torch import Tensor
 
 from ..metrics.synbench_score import synbench_distributed
 from ..synbench import SynBenchConfig
 from ..synbench.plan import check_input_shape, check_normalization_shape
+from ..synbench.sampling import channel_layout
 from ..utils.modes import eval_mode
-from ._monitor import BackboneMonitor, rank_and_world, weights_fingerprint
+from ..utils.normalization import Normalize
+from ._monitor import BackboneMonitor, PixelEncoder, rank_and_world, weights_fingerprint
 
 __all__ = ["SynBenchCallback", "callback_budget", "weights_fingerprint"]  # fingerprint: re-exported
 
@@ -36,6 +42,10 @@ CALLBACK_BUDGET: dict[str, Any] = {
     "n_test": 512,
     "eps": [0.0, 0.2, 0.4, 0.6, 0.8],
     "a_T": [0.7],
+    # the network sees the synthetic images normalised as its training images are (a RepBench backbone: its own
+    # mean/std; a plain module: normalize=, else [0, 1]-centred pixels); the official protocol's "imagenet" feeds
+    # every network ImageNet-normalised samples, which is not what a backbone trained on other statistics sees
+    "normalization": "backbone",
     "eig_tol_mode": "relative",  # a monitor must not stop a run whose features shrink (the official absolute cut-off
     # refuses once it would drop > 1 % of the feature variance)
 }
@@ -52,7 +62,7 @@ class SynBenchCallback(BackboneMonitor):
     input_size: side (int) or (C, H, W) of the synthetic images (the compute budget; 32 by default).
     config: a :class:`SynBenchConfig` or a mapping of its fields; unspecified fields use the callback budget of
         configs/callbacks/synbench.yaml (:func:`callback_budget`: 6 s values, 2048 + 512 samples per s,
-        ε ∈ {0, …, 0.8}, a_T = 0.7), then the SynBenchConfig defaults.
+        ε ∈ {0, …, 0.8}, a_T = 0.7, ``normalization="backbone"``), then the SynBenchConfig defaults.
     extractor: options of :class:`src.features.FeatureExtractor` for the forwards.
     feature_fn: ``(pl_module, x) -> (N, D)``; default ``pl_module.backbone.embed`` (or ``backbone(x)``).
     skip_unchanged: do not recompute when the backbone's weights did not change (a frozen probe needs it once).
@@ -60,6 +70,11 @@ class SynBenchCallback(BackboneMonitor):
     prefix: log-name prefix (``val/synbench``).
     at_train_start: also compute once before training (logged at step 0: the score of the initial weights).
     progress: report progress while computing (counts of embedded synthetic images, elapsed time).
+    normalize: ``(mean, std)`` (or ``{"mean", "std"}``, torchvision's ``Normalize``) when the backbone takes images
+        normalised that way (the monitors' input contract): the synthetic pixel images are normalised with it before
+        every forward (composed with a RepBench backbone's own normalisation inside ``embed``). None: the backbone
+        takes [0, 1] pixels (RepBench's backbones normalise inside).
+    denormalize: deprecated alias of ``normalize`` (a DeprecationWarning).
     """
 
     def __init__(
@@ -74,8 +89,12 @@ class SynBenchCallback(BackboneMonitor):
         extractor: Mapping[str, Any] | None = None,
         at_train_start: bool = False,
         progress: bool = True,
+        normalize: Normalize = None,
+        denormalize: Any = None,
     ) -> None:
-        super().__init__(every_n_epochs, feature_fn, skip_unchanged, prefix, at_train_start, progress)
+        super().__init__(
+            every_n_epochs, feature_fn, skip_unchanged, prefix, at_train_start, progress, normalize, denormalize
+        )
         if isinstance(config, SynBenchConfig):
             self.config = config
         else:
@@ -88,6 +107,8 @@ class SynBenchCallback(BackboneMonitor):
             input_size = (3, input_size, input_size)
         self.input_shape = check_input_shape(input_size)  # refused now, not after the first training epoch
         check_normalization_shape(self.config.normalization, self.input_shape)
+        if self.normalize is not None:
+            self.normalize.check_channels(channel_layout(self.input_shape)[0], type(self).__name__)
         self.log_figure = log_figure
         self.extractor = dict(extractor or {})
         self.result = None  # SynBenchResult of the last computation
@@ -95,6 +116,12 @@ class SynBenchCallback(BackboneMonitor):
     def _identity(self) -> dict[str, Any]:
         digest = hashlib.blake2b(repr(self.config).encode(), digest_size=6).hexdigest()
         return {"input_shape": list(self.input_shape), "config": digest}
+
+    def _check_images(self) -> Tensor:
+        """Two deterministic synthetic-like images of ``input_shape`` (mean 0.5, the samples' offset) for the
+        encoder check before training (the global RNG is not touched)."""
+        g = torch.Generator().manual_seed(0)
+        return 0.5 + 0.5 * torch.randn(2, *self.input_shape, generator=g)
 
     # ------------------------------------------------------------------ pieces
     def compute(self, trainer: L.Trainer | None, pl_module: L.LightningModule) -> dict[str, float]:
@@ -106,10 +133,13 @@ class SynBenchCallback(BackboneMonitor):
         one_process = rank_and_world(trainer)[1] == 1  # with more, this rank's share is not known here
         total = len(cfg.s_values) * (cfg.n_train + cfg.n_test) if one_process else None
         progress = self._progress(trainer, "SynBench", total)
+        channels = channel_layout(self.input_shape)[0]
+        mean_std = fn.mean_std(channels) if isinstance(fn, PixelEncoder) else None  # None: detected (a Backbone)
         with eval_mode(module):
             out, self.result = synbench_distributed(
-                progress.counted(fn), self.input_shape, cfg, device=pl_module.device, extractor=self.extractor
-            )
+                progress.counted(fn), self.input_shape, cfg, device=pl_module.device, extractor=self.extractor,
+                backbone_mean_std=mean_std,
+            )  # fmt: skip
         progress.done()
         self.computations += 1
         return out

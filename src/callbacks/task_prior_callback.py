@@ -26,12 +26,11 @@ from ..features import FeatureExtractor
 from ..metrics.task_prior import TaskPriorMoments
 from ..task_prior.config import TaskPriorConfig
 from ..task_prior.conventions import TaskPriorConvention, resolve_convention
-from ..task_prior.validation import check_block_size
-from ..utils.digits import check_image_size
+from ..task_prior.validation import ZERO_NORM, check_block_size
 from ..utils.distributed import Shard, all_reduce_sum
 from ..utils.modes import eval_mode
-from ..utils.probe_images import Denormalize, as_denormalize, check_image_source, check_num_images, probe_images
-from ._monitor import BackboneMonitor, first_val_images
+from ..utils.normalization import Normalize
+from ._monitor import BackboneMonitor, rank_and_world
 
 __all__ = ["TaskPriorCallback"]
 
@@ -58,10 +57,17 @@ class TaskPriorCallback(BackboneMonitor):
     max_batch: images per forward.
     prefix: log-name prefix (``val/task_prior``).
     at_train_start: also compute once before training (logged at step 0).
-    denormalize: how the validation images map to [0, 1] pixel space (``images="val"``): None (they are in
-        [0, 1]), ``(mean, std)`` / ``{"mean": ..., "std": ...}`` of their normalisation, or a callable; images out
-        of range are refused (both backbones normalise inside, so normalised images would be normalised twice).
+    normalize: None (the backbone takes [0, 1] pixels, as RepBench's backbones do) or ``(mean, std)`` /
+        ``{"mean": ..., "std": ...}`` / torchvision's ``Normalize``: the evaluated backbone takes
+        ``(pixels - mean) / std`` and the validation images carry it (the monitors' input contract). The images are
+        kept in [0, 1] pixels (checked), normalised again for the evaluated backbone; the prior (a RepBench backbone,
+        normalising inside) gets the pixels.
+    denormalize: deprecated alias of ``normalize`` (a DeprecationWarning; a callable is refused).
     progress: report progress while computing (the prior's features once, then each computation).
+
+    Checked before training (``setup``): the image set, and the prior's features on it - computed then, once; a
+    prior that embeds some images as zero vectors (e.g. EfficientNet-Lite2 on inputs of <= 32 px) is refused with
+    the fix named, instead of failing after the first epoch.
     convention: ``"repbench"`` (default) | ``"paper"`` | ``"authors"`` (or a ``TaskPriorConvention``): the preset of
         ``temperature``, ``eval_scale`` and ``prior_scale`` (docs/task_prior.md, "Conventions"); an explicit
         value (not None) wins. Resolved and checked here, before training.
@@ -84,11 +90,14 @@ class TaskPriorCallback(BackboneMonitor):
         max_batch: int = 256,
         prefix: str = "val/task_prior",
         at_train_start: bool = False,
-        denormalize: Denormalize = None,
+        denormalize: Any = None,
         progress: bool = True,
         convention: str | TaskPriorConvention = TaskPriorConfig.convention,
+        normalize: Normalize = None,
     ) -> None:
-        super().__init__(every_n_epochs, feature_fn, skip_unchanged, prefix, at_train_start, progress)
+        super().__init__(
+            every_n_epochs, feature_fn, skip_unchanged, prefix, at_train_start, progress, normalize, denormalize
+        )
         if prior_backbone is None and prior_features is None:
             raise ValueError("give prior_backbone (a registry name) or prior_features (N, D) for the fixed images")
         if prior_backbone is not None:
@@ -99,19 +108,14 @@ class TaskPriorCallback(BackboneMonitor):
         )
         self.prior_backbone = prior_backbone
         self.prior_features = prior_features
-        name = type(self).__name__
-        self.denormalize = as_denormalize(denormalize, name)
-        images = check_image_source(images, name)
-        self.num_images = check_num_images(num_images, images, name)
-        if self.num_images < 2:
-            raise ValueError(f"num_images must be >= 2, got {num_images}")
-        self.image_size = check_image_size(image_size, "image_size", f"{name}: set image_size=64 (say)")
-        self.images_source: str | Tensor = images
-        if isinstance(images, Tensor):  # refused now, not at the first epoch end
-            self.images_source = self._image_set(None)
+        # validation images at their own size (resize=False keeps the numbers of earlier versions); a kernel needs pairs
+        self._init_images(images, num_images, image_size, resize=False, min_images=2)
         self.block_size = check_block_size(block_size)
-        self.max_batch = int(max_batch)
-        self._images: Tensor | None = None
+        if isinstance(max_batch, bool) or not isinstance(max_batch, int) or max_batch < 1:
+            raise ValueError(
+                f"TaskPriorCallback: max_batch must be an integer >= 1 (images per forward), got {max_batch!r}"
+            )
+        self.max_batch = max_batch
         self._prior_share: Tensor | None = None  # prior features of this rank's share
 
     @property
@@ -128,44 +132,30 @@ class TaskPriorCallback(BackboneMonitor):
         return self.settings.prior_scale
 
     def _identity(self) -> dict[str, Any]:
-        images = self.images_source if isinstance(self.images_source, str) else "tensor"
         prior = "features" if self.prior_features is not None else self.prior_backbone
         prior = dict(prior) if isinstance(prior, Mapping) else prior
-        return {"temperature": self.temperature, "prior": prior, "images": images, "num_images": self.num_images}
+        return {"temperature": self.temperature, "prior": prior, "images": self.source, "num_images": self.num_images}
 
     # ------------------------------------------------------------------ pieces
-    def _share(self, trainer: L.Trainer) -> Tensor:
-        assert self._images is not None
-        shard = Shard(trainer.global_rank, trainer.world_size)
-        return torch.tensor(list(shard.indices(self._images.shape[0])), dtype=torch.long)
+    def _share(self, trainer: Any) -> Tensor:
+        assert self.images is not None
+        shard = Shard(*rank_and_world(trainer))
+        return torch.tensor(list(shard.indices(self.images.shape[0])), dtype=torch.long)
 
-    def _image_set(self, val_images: Tensor | None) -> Tensor:
-        """The fixed image set of ``images=`` (validation images not resized: ``resize=False`` keeps the numbers of
-        earlier versions), refused below 2 images (a kernel needs pairs)."""
-        images = probe_images(
-            self.images_source, num_images=self.num_images, image_size=self.image_size, val_images=val_images,
-            denormalize=self.denormalize, resize=False, owner=type(self).__name__,
-        )  # fmt: skip
-        if images.shape[0] < 2:
-            raise ValueError(
-                f"TaskPriorCallback: the fixed image set has {images.shape[0]} image, the moments need >= 2; give "
-                "more validation images or another images= source"
-            )
-        return images
-
-    def _prepare(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        if self._images is not None:
+    def _prepare(self, trainer: Any, pl_module: L.LightningModule) -> None:
+        """The prior's features of this rank's share of the fixed images, computed once (before training), and
+        checked: no zero vector (the cosine kernel is undefined there)."""
+        if self._prior_share is not None:
             return
-        wants_val = isinstance(self.images_source, str) and self.images_source in ("auto", "val")
-        self._images = self._image_set(first_val_images(trainer, self.num_images) if wants_val else None)
         idx = self._share(trainer)
         if self.prior_features is not None:
-            if self.prior_features.shape[0] != self._images.shape[0]:
+            if self.prior_features.shape[0] != self.images.shape[0]:
                 raise ValueError(
                     f"prior_features has {self.prior_features.shape[0]} rows but the fixed image set has "
-                    f"{self._images.shape[0]} images; compute them on the same images in the same order"
+                    f"{self.images.shape[0]} images; compute them on the same images in the same order"
                 )
             self._prior_share = self.prior_features[idx].to(torch.float64)
+            self._check_prior(trainer)
             return
         from ..backbones.spec import build_backbone
 
@@ -173,21 +163,53 @@ class TaskPriorCallback(BackboneMonitor):
         prior = build_backbone(self.prior_backbone).to(pl_module.device).eval()
         progress.stage(f"prior backbone {self.prior_backbone!r} built")
         ext = FeatureExtractor(progress.counted(prior.embed), device=pl_module.device, max_batch=self.max_batch)
-        self._prior_share = ext(self._images[idx]).to(torch.float64).cpu() if len(idx) else None
+        share = ext(self.images[idx]).to(torch.float64).cpu() if len(idx) else None
         progress.done()
-        if self._prior_share is None:  # this rank owns no image: an empty table of the right width
-            self._prior_share = torch.zeros(0, int(prior.embed_dim), dtype=torch.float64)
+        if share is None:  # this rank owns no image: an empty table of the right width
+            share = torch.zeros(0, int(prior.embed_dim), dtype=torch.float64)
         del prior
+        self._prior_share = share
+        self._check_prior(trainer)
+
+    def _check_prior(self, trainer: Any) -> None:
+        """Refuse prior features with zero (or NaN/inf) rows on any rank, naming the fix; one collective that every
+        rank joins, so all ranks raise alike."""
+        share = self._prior_share
+        norms = share.norm(dim=1) if share.numel() else share.new_zeros(0)
+        zero = float((norms <= ZERO_NORM).sum()) if norms.numel() else 0.0
+        bad = float((~torch.isfinite(norms)).sum()) if norms.numel() else 0.0
+        zero, bad = (int(v) for v in all_reduce_sum(torch.tensor([zero, bad], dtype=torch.float64)).tolist())
+        if not (zero or bad):
+            return
+        self._prior_share = None  # nothing half-prepared is kept
+        n, side = self.images.shape[0], tuple(self.images.shape[-2:])
+        if self.prior_features is not None:
+            raise ValueError(
+                f"TaskPriorCallback: prior_features has {zero} zero and {bad} NaN/inf rows of {n}; the prior's cosine "
+                "kernel is undefined there: give features with finite, non-zero rows (one per image, in order)"
+            )
+        if bad:
+            raise ValueError(
+                f"TaskPriorCallback: prior_backbone={self.prior_backbone!r} gives NaN/inf features for {bad} of the "
+                f"{n} fixed images"
+            )
+        raise ValueError(
+            f"TaskPriorCallback: prior_backbone={self.prior_backbone!r} embeds {zero} of the {n} fixed images "
+            f"({side[0]} x {side[1]} px) as zero vectors, where the prior's cosine kernel is undefined "
+            "(EfficientNet-Lite backbones embed inputs of <= 32 px as exact zeros). Fix: larger images "
+            "(images='photos' or 'digits' with image_size=64, or validation images of >= 64 px), or a prior that "
+            "takes small images (prior_backbone=..., or prior_features= computed on the same images)"
+        )
 
     def compute(self, trainer: L.Trainer, pl_module: L.LightningModule) -> dict[str, float]:
         """E, Var and z of the current backbone; every rank must call it (the metric syncs)."""
-        self._prepare(trainer, pl_module)
+        self._ready(trainer, pl_module)
         module, fn = self._encoder(pl_module)
         idx = self._share(trainer)
         progress = self._progress(trainer, "Task-Prior", len(idx))
         with eval_mode(module):
             ext = FeatureExtractor(progress.counted(fn), device=pl_module.device, max_batch=self.max_batch)
-            z = ext(self._images[idx]).to(torch.float64) if len(idx) else None
+            z = ext(self.images[idx]).to(torch.float64) if len(idx) else None
         progress.done()
         eval_dim, bad = self._agree(z)  # one collective before any rank may raise: no rank is left waiting
         if bad:
@@ -196,7 +218,7 @@ class TaskPriorCallback(BackboneMonitor):
             )
         prior = self._prior_share
         metric = TaskPriorMoments(
-            self._images.shape[0], eval_dim, prior.shape[1], block_size=self.block_size, convention=self.settings
+            self.images.shape[0], eval_dim, prior.shape[1], block_size=self.block_size, convention=self.settings
         ).to(pl_module.device)
         if z is not None:
             metric.update(z, prior, idx)

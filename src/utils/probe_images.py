@@ -1,10 +1,11 @@
 """The fixed probe images of the image monitors (DivergenceRadius, Task Prior), without Lightning: one vocabulary of
 sources (:data:`IMAGE_SOURCES` or an image tensor), one builder (:func:`probe_images`) and the pixel-space checks.
 
-Every probe image is float (N, 3, H, W) in [0, 1] pixel space (the backbone adapter normalises inside). Validation
-images in another convention are mapped by ``denormalize=`` (:func:`as_denormalize`) and checked by
-:func:`pixel_images`; nothing is clamped silently: images farther outside [0, 1] than a resize can overshoot are
-refused, a resize's overshoot is clipped with a warning (:func:`clip_overshoot`).
+Every probe image is float (N, 3, H, W) in [0, 1] pixel space. Validation images that carry the user's
+normalisation (``normalize=(mean, std)``, :mod:`src.utils.normalization`: the monitors' input contract) are mapped
+back to pixels and checked by :func:`pixel_images`; nothing is clamped silently: images farther outside [0, 1] than
+a resize can overshoot are refused, a resize's overshoot is clipped with a warning (:func:`clip_overshoot`). The
+monitors normalise the probe images again in front of the user's backbone.
 
 Sources (``images=`` of both monitors):
 
@@ -28,6 +29,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from .digits import check_image_size, load_digits_tensors, upsample_digits
+from .normalization import ChannelNormalization, Normalize, as_normalization
 from .photos import bundled_photos
 
 __all__ = [
@@ -74,65 +76,38 @@ def _who(owner: str) -> str:
 
 
 # ---------------------------------------------------------------------------------------------------- pixel space
-def _channel_values(values: Any, what: str, owner: str) -> Tensor:
-    """``values`` (a number or a sequence of numbers, one per channel) as a finite float64 vector."""
-    try:
-        t = torch.as_tensor(list(values) if isinstance(values, Sequence) else values, dtype=torch.float64).reshape(-1)
-    except (TypeError, ValueError, RuntimeError):
-        raise TypeError(
-            f"{owner}(denormalize=...): the {what} must be a number or one number per channel, got {values!r}"
-        ) from None
-    if t.numel() == 0 or not bool(torch.isfinite(t).all()):
-        raise ValueError(f"{owner}(denormalize=...): the {what} must be finite numbers, got {values!r}")
-    return t
-
-
 def as_denormalize(spec: Denormalize, owner: str) -> Callable[[Tensor], Tensor] | None:
-    """The map from the validation images' convention to [0, 1] pixel space, from ``denormalize=``:
+    """The map from the validation images' convention to [0, 1] pixel space (kept for :func:`probe_images`'s
+    deprecated ``denormalize=``; the monitors take ``normalize=``, :mod:`src.utils.normalization`):
 
     * ``None``: the images are in [0, 1] already;
-    * ``(mean, std)`` or ``{"mean": ..., "std": ...}`` (numbers or one per channel): the images were normalised
-      as ``(x - mean) / std`` and are mapped back by ``x * std + mean`` (0..255 images: ``(0, 1 / 255)``);
+    * ``(mean, std)``, ``{"mean": ..., "std": ...}`` or a :class:`~src.utils.normalization.ChannelNormalization`:
+      the images were normalised as ``(x - mean) / std`` and are mapped back by ``x * std + mean``;
     * a callable ``images -> images`` (any other convention; returned as it is).
 
-    Raises ``TypeError``/``ValueError`` naming ``denormalize=`` for anything else, a non-positive or non-finite std.
+    Raises ``TypeError``/``ValueError`` naming the argument for anything else, a non-positive or non-finite std.
     """
-    if spec is None or callable(spec):
+    if spec is None or (callable(spec) and not hasattr(spec, "mean")):
         return spec
-    if isinstance(spec, Mapping):
-        if set(spec) != {"mean", "std"}:
-            raise ValueError(
-                f"{owner}(denormalize={{...}}) needs exactly the keys 'mean' and 'std', got {sorted(spec)}"
-            )
-        spec = (spec["mean"], spec["std"])
-    if isinstance(spec, (str, bytes)) or not isinstance(spec, Sequence) or len(spec) != 2:
-        raise TypeError(
-            f"{owner}(denormalize=...) must be None, (mean, std), {{'mean': ..., 'std': ...}} or a callable "
-            f"mapping the validation images to [0, 1]; got {spec!r}"
-        )
-    mean, std = _channel_values(spec[0], "mean", owner), _channel_values(spec[1], "std", owner)
-    if not bool((std > 0).all()):
-        raise ValueError(f"{owner}(denormalize=...): every std must be > 0, got {std.tolist()}")
+    return _to_pixels(as_normalization(spec, owner, arg="denormalize"), owner)
 
-    def denormalize(x: Tensor) -> Tensor:
+
+def _to_pixels(norm: ChannelNormalization, owner: str) -> Callable[[Tensor], Tensor]:
+    """``norm.to_pixels`` with the channel count checked against the images it gets."""
+
+    def to_pixels(x: Tensor) -> Tensor:
         """x * std + mean, channel-wise."""
-        for name, t in (("mean", mean), ("std", std)):
-            if t.numel() not in (1, x.shape[1]):
-                raise ValueError(
-                    f"{owner}(denormalize=...): {t.numel()} {name} values for images with {x.shape[1]} channels; "
-                    "give one value, or one per channel"
-                )
-        shape = (1, -1, 1, 1)
-        return x * std.to(x.dtype).view(shape) + mean.to(x.dtype).view(shape)
+        norm.check_channels(x.shape[1], owner)
+        return norm.to_pixels(x)
 
-    return denormalize
+    return to_pixels
 
 
 def pixel_images(x: Tensor, owner: str, what: str, denormalize: Callable[[Tensor], Tensor] | None = None) -> Tensor:
     """``denormalize(x)`` (or ``x``) checked to be finite (N, C, H, W) images in [0, 1] pixel space, allowing the
     interpolation overshoot :data:`PIXEL_OVERSHOOT` (values are returned as they are: callers that need [0, 1]
-    exactly clip with :func:`clip_overshoot`). Raises ``ValueError`` naming ``denormalize=``, the range seen and
-    the fix."""
+    exactly clip with :func:`clip_overshoot`). ``denormalize``: the map back to pixels (``normalize=``'s
+    ``x * std + mean``). Raises ``ValueError`` naming ``normalize=``, the range seen and the fix."""
     if not isinstance(x, Tensor) or not x.is_floating_point() or x.dim() != 4:
         kind = f"{x.dtype} tensor of shape {tuple(x.shape)}" if isinstance(x, Tensor) else type(x).__name__
         raise ValueError(f"{owner}: {what} must be a float (N, C, H, W) tensor, got a {kind}")
@@ -141,7 +116,7 @@ def pixel_images(x: Tensor, owner: str, what: str, denormalize: Callable[[Tensor
         if not isinstance(y, Tensor) or y.shape != x.shape:
             got = tuple(y.shape) if isinstance(y, Tensor) else type(y).__name__
             raise ValueError(
-                f"{owner}(denormalize=...) must return images of the shape it gets {tuple(x.shape)}, got {got}"
+                f"{owner}: the map back to pixels must return images of the shape it gets {tuple(x.shape)}, got {got}"
             )
         x = y
     if x.numel() == 0:
@@ -153,16 +128,17 @@ def pixel_images(x: Tensor, owner: str, what: str, denormalize: Callable[[Tensor
         return x
     if denormalize is not None:
         raise ValueError(
-            f"{owner}: after denormalize=..., the {what} lie in [{lo:.4g}, {hi:.4g}], not in [0, 1] pixel space "
-            f"(resizing overshoot up to {PIXEL_OVERSHOOT:.3f} is allowed); check that denormalize= inverts the "
-            "data pipeline's normalisation: (mean, std) are the values the images were normalised with"
+            f"{owner}: mapped back to pixels with normalize=(mean, std) (x * std + mean), the {what} lie in "
+            f"[{lo:.4g}, {hi:.4g}], not in [0, 1] pixel space (resizing overshoot up to {PIXEL_OVERSHOOT:.3f} is "
+            "allowed); check that normalize= holds the (mean, std) your pipeline normalised these images with"
         )
     raise ValueError(
         f"{owner}: the {what} lie in [{lo:.4g}, {hi:.4g}], not in [0, 1] pixel space (resizing overshoot up to "
-        f"{PIXEL_OVERSHOOT:.3f} is allowed). The monitors take [0, 1] images (the backbone applies its own "
-        "normalisation): give denormalize=(mean, std) with the mean/std your pipeline normalised with (e.g. "
-        "denormalize={'mean': [0.485, 0.456, 0.406], 'std': [0.229, 0.224, 0.225]}), denormalize=(0, 1 / 255) "
-        "for 0..255 images, or a callable mapping your images to [0, 1]"
+        f"{PIXEL_OVERSHOOT:.3f} is allowed). If your pipeline normalises images before the backbone, say how: "
+        "normalize=(mean, std) with the values it normalises with (e.g. normalize={'mean': [0.485, 0.456, 0.406], "
+        "'std': [0.229, 0.224, 0.225]}; normalize=(0, 1 / 255) for 0..255 images): the monitors map the images "
+        "back to [0, 1] for their perturbations and checks and feed your backbone normalised images, as your "
+        "training does"
     )
 
 
@@ -219,7 +195,7 @@ def _rgb(x: Tensor, owner: str, what: str) -> Tensor:
 
 
 def _given(x: Tensor, num_images: int, owner: str) -> Tensor:
-    """An explicit probe set: checked pixels (no ``denormalize``: it is pixel space), RGB, at most ``num_images``
+    """An explicit probe set: checked pixels (no ``normalize``: it is pixel space), RGB, at most ``num_images``
     images (more is refused, not cut: which ones to drop is the caller's choice), kept at its own size."""
     x = _rgb(pixel_images(x, owner, "images=", None), owner, "images=")
     if x.shape[0] == 0 or x.shape[0] > num_images:
@@ -237,12 +213,12 @@ def _digits(num_images: int, image_size: int) -> Tensor:
 
 
 def _validation(
-    x: Tensor, image_size: int, denormalize: Callable[[Tensor], Tensor] | None, resize: bool, owner: str
+    x: Tensor, image_size: int, to_pixels: Callable[[Tensor], Tensor] | None, resize: bool, owner: str
 ) -> Tensor:
-    """Validation images mapped to [0, 1] by ``denormalize``, checked, overshoot clipped (with a warning), RGB, and
+    """Validation images mapped to [0, 1] by ``to_pixels``, checked, overshoot clipped (with a warning), RGB, and
     resized to ``image_size`` when ``resize`` (antialiased bilinear: convex weights, no new overshoot)."""
     what = "validation images"
-    x = _rgb(clip_overshoot(pixel_images(x, owner, what, denormalize), owner, what), owner, what)
+    x = _rgb(clip_overshoot(pixel_images(x, owner, what, to_pixels), owner, what), owner, what)
     if resize and tuple(x.shape[-2:]) != (image_size, image_size):
         x = F.interpolate(x, size=(image_size, image_size), mode="bilinear", antialias=True)
         x = x.clamp(0.0, 1.0)  # float rounding of the convex resize only (weights sum to 1 up to ulps)
@@ -256,26 +232,35 @@ def probe_images(
     image_size: int,
     seed: int = 0,
     val_images: Tensor | None = None,
-    denormalize: Denormalize = None,
+    normalize: Normalize = None,
     resize: bool = True,
     owner: str = "",
+    denormalize: Denormalize = None,
 ) -> Tensor:
     """The fixed probe set of ``source`` (one of :data:`IMAGE_SOURCES` or a tensor) as contiguous float
     (N, 3, H, W) images in [0, 1]:
 
-    * a tensor: checked by :func:`pixel_images` (it is pixel space: ``denormalize`` does not apply), gray -> RGB,
+    * a tensor: checked by :func:`pixel_images` (it is pixel space: ``normalize`` does not apply), gray -> RGB,
       at its own size, 1 to ``num_images`` images (more is refused);
     * ``"val"``: the first ``num_images`` of ``val_images`` (the caller's validation images, e.g. the monitors'
-      ``first_val_images``; None or empty is an error naming the fix), mapped by ``denormalize``
-      (:func:`as_denormalize`), checked, the allowed overshoot clipped with a warning, gray -> RGB, resized to
-      ``image_size`` x ``image_size`` (antialiased bilinear) when ``resize``, else at their own size;
+      ``first_val_images``; None or empty is an error naming the fix), mapped back to pixels when they carry
+      ``normalize=(mean, std)`` (:mod:`src.utils.normalization`: ``x * std + mean``), checked, the allowed overshoot
+      clipped with a warning, gray -> RGB, resized to ``image_size`` x ``image_size`` (antialiased bilinear) when
+      ``resize``, else at their own size;
     * ``"auto"``: as ``"val"`` when ``val_images`` holds images, else as ``"photos"``;
     * ``"photos"``: :func:`~src.utils.photos.bundled_photos` ``(num_images, image_size, seed)``;
     * ``"digits"``: the first ``num_images`` (at most 1797) scikit-learn digits at ``image_size`` (bilinear).
 
-    ``owner`` (e.g. ``"DivergenceRadiusCallback"``) starts every error message. Deterministic in its arguments.
+    ``owner`` (e.g. ``"DivergenceRadiusCallback"``) starts every error message. ``denormalize``: the former name of
+    the map back to pixels ((mean, std) as ``normalize``, or a callable); give one of the two. Deterministic in its
+    arguments.
     """
     who = _who(owner)
+    if normalize is not None and denormalize is not None:
+        raise ValueError(f"{who}: give normalize= or its former name denormalize=, not both")
+    to_pixels = as_denormalize(denormalize, who) if denormalize is not None else None
+    if normalize is not None:
+        to_pixels = _to_pixels(as_normalization(normalize, who), who)
     source = check_image_source(source, owner)
     n = check_num_images(num_images, source, owner)
     size = check_image_size(image_size, "image_size", f"{who}: set image_size=64 (say)")
@@ -291,4 +276,4 @@ def probe_images(
         )
     if source == "photos" or not has_val:
         return bundled_photos(n, size, seed=seed)
-    return _validation(val_images[:n], size, as_denormalize(denormalize, who), bool(resize), who).contiguous()
+    return _validation(val_images[:n], size, to_pixels, bool(resize), who).contiguous()

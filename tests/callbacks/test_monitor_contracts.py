@@ -16,7 +16,7 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
 from src.callbacks import DivergenceRadiusCallback, SynBenchCallback, TaskPriorCallback
-from src.utils.probe_images import PIXEL_OVERSHOOT, as_denormalize, clip_overshoot, pixel_images
+from src.utils.probe_images import PIXEL_OVERSHOOT, clip_overshoot, pixel_images
 from src.utils.tensorboard import read_scalars
 from tests._lightning import quiet_trainer
 
@@ -77,52 +77,100 @@ def _rank0(dm=None):
     return SimpleNamespace(global_rank=0, world_size=1, datamodule=dm, current_epoch=0)
 
 
-# ---------------------------------------------------------------- K08, K07: images in the model's convention
+# ---------------------------------------------------------------- K08, K07: the input contract (normalize=)
+def _normalised(pixels: torch.Tensor) -> torch.Tensor:
+    return (pixels - torch.tensor(MEAN).view(1, 3, 1, 1)) / torch.tensor(STD).view(1, 3, 1, 1)
+
+
+def _explicit(module: L.LightningModule, x: torch.Tensor) -> torch.Tensor:
+    """The reference: the backbone fed explicitly normalised pixels (what the user's training feeds it)."""
+    return module.backbone(_normalised(x))
+
+
 def test_k08_0_to_255_validation_images_are_refused() -> None:
     val = (_pixels() * 255).round()
-    with pytest.raises(ValueError, match=r"lie in \[0, 255\].*denormalize=\(0, 1 / 255\)"):
+    with pytest.raises(ValueError, match=r"lie in \[0, 255\].*normalize=\(0, 1 / 255\)"):
         quiet_trainer(max_epochs=1, callbacks=[_dr()]).fit(_Net(), datamodule=_DM(val))
 
 
-def test_k07_normalised_images_are_refused_and_denormalize_gives_the_pixel_result() -> None:
+def test_k07_normalised_images_are_refused_before_training_and_normalize_feeds_the_backbone_normalised_images() -> None:
     pixels = _pixels()
-    normalised = (pixels - torch.tensor(MEAN).view(1, 3, 1, 1)) / torch.tensor(STD).view(1, 3, 1, 1)
-    with pytest.raises(ValueError, match=r"lie in \[-6, 2\].*give denormalize=\(mean, std\)"):
-        quiet_trainer(max_epochs=1, callbacks=[_dr()]).fit(_Net(), datamodule=_DM(normalised))
+    normalised = _normalised(pixels)
+    net = _Net()
+    with pytest.raises(ValueError, match=r"lie in \[-6, 2\].*normalize=\(mean, std\)"):
+        quiet_trainer(max_epochs=1, callbacks=[_dr()]).fit(net, datamodule=_DM(normalised))
+    assert net.trainer.global_step == 0  # refused in setup, before the first training step
     model = _Net()
-    ref_cb, cb = _dr(), _dr(denormalize=(MEAN, STD))
+    # the reference feeds the backbone normalised pixels through an explicit feature function
+    ref_cb, cb = _dr(feature_fn=_explicit), _dr(normalize=(MEAN, STD))
     ref = ref_cb.compute(_rank0(_DM(pixels)), model)
     got = cb.compute(_rank0(_DM(normalised)), model)
+    # dyadic mean/std: the round trip pixels -> normalised -> pixels -> normalised is exact in float32
     assert torch.equal(cb.images, ref_cb.images) and torch.equal(cb.images, pixels)
-    assert got == ref and 0.0 < ref["divergence_radius/mean"] < 1.0
-    # the mapping and callable forms are the same map
-    for spec in ({"mean": list(MEAN), "std": list(STD)}, lambda x: x * torch.tensor(STD).view(1, 3, 1, 1) + 0.0):
-        assert as_denormalize(spec, "X")(normalised).shape == normalised.shape
+    assert got.keys() == ref.keys() and 0.0 < ref["divergence_radius/mean"] < 1.0
+    # The features differ only by float32 summation order: the callback's encoder exposes the conv net, so the
+    # feature engine runs it channels_last, the reference lambda runs NCHW. Each feature is a sum of <= 72 products
+    # (8 x 3 x 3 taps) then a mean over positions: relative rounding <= 72 * 2^-24 ≈ 4.3e-6 of the summed magnitude.
+    # R_dr and R_cs are radii/cosines of unit vectors (1-Lipschitz in them): |difference| <= 1e-5 absolute.
+    assert all(abs(got[k] - ref[k]) <= 1e-5 for k in ref)
+    # not what the former denormalize= did (pixels into a backbone trained on normalised images)
+    assert (
+        abs(_dr().compute(_rank0(_DM(pixels)), model)["divergence_radius/mean"] - ref["divergence_radius/mean"]) > 1e-3
+    )
+    # the mapping form and torchvision's Normalize are the same contract, bit for bit
+    from torchvision.transforms import Normalize
+
+    for spec in ({"mean": list(MEAN), "std": list(STD)}, Normalize(MEAN, STD)):
+        assert _dr(normalize=spec).compute(_rank0(_DM(normalised)), model) == got
 
 
-def test_k07_task_prior_refuses_normalised_validation_images() -> None:
+def test_k07_task_prior_takes_normalize() -> None:
     pixels = _pixels(4)
-    normalised = (pixels - 0.5) / 0.25
+    normalised = _normalised(pixels)
     opts = dict(prior_backbone=None, prior_features=torch.randn(4, 3), num_images=4, progress=False)
-    with pytest.raises(ValueError, match=r"TaskPriorCallback: the validation images lie in \[-2, 2\].*denormalize="):
+    with pytest.raises(ValueError, match=r"TaskPriorCallback: the validation images lie in \[-6, 2\].*normalize="):
         TaskPriorCallback(**opts).compute(_rank0(_DM(normalised)), _Net())
-    ref = TaskPriorCallback(**opts).compute(_rank0(_DM(pixels)), _Net())
-    assert TaskPriorCallback(**opts, denormalize=(0.5, 0.25)).compute(_rank0(_DM(normalised)), _Net()) == ref
+    ref = TaskPriorCallback(**opts, feature_fn=_explicit).compute(_rank0(_DM(pixels)), _Net())
+    got = TaskPriorCallback(**opts, normalize=(MEAN, STD)).compute(_rank0(_DM(normalised)), _Net())
+    # features equal to float32 summation order (channels_last vs NCHW, see the test above: <= 4.3e-6 relative);
+    # E and Var are smooth in the normalised features: 1e-4 relative leaves a margin of 20x
+    assert got.keys() == ref.keys() and all(v == pytest.approx(ref[k], rel=1e-4) for k, v in got.items())
     with pytest.raises(ValueError, match=r"images= lie in \[0, 255\]"):
         TaskPriorCallback(prior_backbone=None, prior_features=torch.randn(4, 3), images=pixels * 255)
 
 
-def test_denormalize_argument_errors() -> None:
+def test_denormalize_is_a_deprecated_alias_of_normalize() -> None:
+    normalised = _normalised(_pixels())
+    with pytest.warns(DeprecationWarning, match=r"denormalize=\.\.\.\) is deprecated.*use normalize=.*backbone takes"):
+        old = _dr(denormalize=(MEAN, STD))
+    assert old.normalize == _dr(normalize=(MEAN, STD)).normalize
+    model = _Net()
+    assert old.compute(_rank0(_DM(normalised)), model) == _dr(normalize=(MEAN, STD)).compute(
+        _rank0(_DM(normalised)), model
+    )
+    with pytest.raises(TypeError, match=r"denormalize=<callable>\) is no longer supported.*normalize=\(mean, std\)"):
+        _dr(denormalize=lambda x: x * 0.5)
+    with pytest.raises(ValueError, match="denormalize= is the deprecated alias of normalize="):
+        _dr(normalize=(0.5, 0.5), denormalize=(0.5, 0.5))
+
+
+def test_normalize_argument_errors() -> None:
     with pytest.raises(ValueError, match="std must be > 0"):
-        _dr(denormalize=(0.5, 0.0))
+        _dr(normalize=(0.5, 0.0))
     with pytest.raises(ValueError, match="exactly the keys 'mean' and 'std'"):
-        _dr(denormalize={"mean": 0.5, "sd": 0.2})
-    with pytest.raises(TypeError, match=r"must be None, \(mean, std\)"):
-        _dr(denormalize="imagenet")
+        _dr(normalize={"mean": 0.5, "sd": 0.2})
+    with pytest.raises(TypeError, match=r"normalize=\.\.\.\) must be None"):
+        _dr(normalize="imagenet")
+    with pytest.raises(ValueError, match="finite numbers"):
+        _dr(normalize=(float("nan"), 0.5))
     with pytest.raises(ValueError, match="2 mean values for images with 3 channels"):
-        _dr(denormalize=([0.5, 0.5], 0.2)).compute(_rank0(_DM(_pixels())), _Net())
-    with pytest.raises(ValueError, match=r"after denormalize=\.\.\., the validation images lie in"):
-        _dr(denormalize=(0.5, 10.0)).compute(_rank0(_DM(_pixels())), _Net())
+        _dr(normalize=([0.5, 0.5], 0.2)).compute(_rank0(_DM(_pixels())), _Net())
+    with pytest.raises(ValueError, match="2 mean values for images with 3 channels"):
+        SynBenchCallback(input_size=16, normalize=([0.5, 0.5], 0.2))
+    with pytest.raises(ValueError, match=r"mapped back to pixels with normalize=.*lie in"):
+        _dr(normalize=(0.5, 10.0)).compute(_rank0(_DM(_normalised(_pixels()))), _Net())
+    with pytest.warns(UserWarning, match=r"already lie in \[.*as \[0, 1\] pixels do"):  # pixels, said normalised
+        _dr(normalize=(0.5, 0.5)).compute(_rank0(_DM(_pixels())), _Net())
     with pytest.raises(ValueError, match=r"images= lie in \[0, 255\]"):
         _dr(images=_pixels() * 255)
 
@@ -200,8 +248,20 @@ def test_progress_lines_while_computing_and_progress_false(caplog, capsys) -> No
     assert "SynBench (epoch 0): computing (192 images to embed" in out and "done, 192 images embedded" in out
 
 
-# ---------------------------------------------------------------- epochs on the x-axis, callback_metrics kept
-def test_loggers_get_epochs_and_checkpointing_still_monitors_the_score(tmp_path: Path) -> None:
+# ---------------------------------------------------------------- Lightning's step axis, callback_metrics kept
+class _ValNet(_Net):
+    """_Net with a validation metric of its own, logged as any user module logs one."""
+
+    def validation_step(self, batch, _):
+        self.log("val/acc", self.backbone(batch[0]).mean())
+
+
+class _ValDM(_DM):
+    def val_dataloader(self) -> DataLoader:
+        return DataLoader(self.val_dataset, batch_size=3)
+
+
+def test_loggers_get_lightnings_steps_and_checkpointing_still_monitors_the_score(tmp_path: Path) -> None:
     cb = SynBenchCallback(input_size=16, config=SYNBENCH_BUDGET, skip_unchanged=False, at_train_start=True)
     best = ModelCheckpoint(dirpath=tmp_path / "ckpt", monitor="val/synbench/score", mode="max", save_top_k=1)
     stop = EarlyStopping(monitor="val/synbench/score", mode="max", patience=5)
@@ -210,10 +270,15 @@ def test_loggers_get_epochs_and_checkpointing_still_monitors_the_score(tmp_path:
         callbacks=[stop, best, cb],  # EarlyStopping before the monitor in the list: Lightning runs it after
         logger=TensorBoardLogger(tmp_path, name="", version=""),
         enable_checkpointing=True,
+        num_sanity_val_steps=0,
     )
-    trainer.fit(_Net(), datamodule=_DM(_pixels()))
-    steps = [s for s, _ in read_scalars(tmp_path)["val/synbench/score"]]
-    assert steps == [0, 1, 2, 3]  # completed epochs: before training, then after each of the 3 epochs
+    trainer.fit(_ValNet(), datamodule=_ValDM(_pixels()))
+    scalars = read_scalars(tmp_path)
+    steps = [s for s, _ in scalars["val/synbench/score"]]
+    # the module's own val/acc of each epoch sits at the same x (8 images in batches of 4: steps 1, 3, 5), the value
+    # before training at the step training starts from
+    assert [s for s, _ in scalars["val/acc"]] == [1, 3, 5] and steps == [0, 1, 3, 5]
+    assert [s for s, _ in scalars["val/synbench/curves"]] == steps if "val/synbench/curves" in scalars else True
     scores = [h["score"] for _, h in cb.history[1:]]
     # Lightning keeps logged scalars as float32: |relative rounding| <= 2^-24 ≈ 6e-8 < 1e-6
     assert float(best.best_model_score) == pytest.approx(max(scores), rel=1e-6)

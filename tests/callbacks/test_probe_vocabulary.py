@@ -29,13 +29,13 @@ def _dr(**kw) -> DivergenceRadiusCallback:
 
 
 def _tp(**kw) -> TaskPriorCallback:
-    opts = {"prior_backbone": None, "prior_features": torch.zeros(4, 2), "num_images": 4, "image_size": 16}
+    opts = {"prior_backbone": None, "prior_features": torch.ones(4, 2), "num_images": 4, "image_size": 16}
     return TaskPriorCallback(**{**opts, "progress": False, **kw})
 
 
 def _tp_images(cb: TaskPriorCallback, trainer: SimpleNamespace) -> torch.Tensor:
-    cb._prepare(trainer, None)  # prior_features given: no backbone is built
-    return cb._images
+    cb._ready(trainer, None)  # the image set, then the prior (prior_features given: no backbone is built)
+    return cb.images
 
 
 def _val() -> torch.Tensor:
@@ -79,7 +79,7 @@ def test_task_prior_keeps_validation_images_at_their_size() -> None:
     tp = _tp_images(_tp(images="val"), _trainer(_DM(val)))
     assert tp.shape == (4, 3, 24, 24) and torch.equal(tp[:, 1], val[:4, 0])
     assert _dr(images="val").probe_images(_trainer(_DM(val))).shape == (4, 3, 16, 16)
-    with pytest.raises(ValueError, match=r"the fixed image set has 1 image, the moments need >= 2"):
+    with pytest.raises(ValueError, match=r"TaskPriorCallback: the probe set has 1 image\(s\), it needs >= 2"):
         _tp_images(_tp(images="val"), _trainer(_DM(val[:1])))
 
 

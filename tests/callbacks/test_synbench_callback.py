@@ -151,10 +151,14 @@ def test_module_without_backbone_needs_a_feature_fn() -> None:
     assert "score" in cb.last
 
 
-def test_nan_features_are_a_clear_error() -> None:
+def test_nan_features_are_a_clear_error_before_training() -> None:
     cb = SynBenchCallback(input_size=8, config=BUDGET, feature_fn=lambda m, x: torch.full((len(x), 4), float("nan")))
-    with pytest.raises(ValueError, match="NaN"):
-        _fit(_Net(), cb, epochs=1)
+    net = _Net()
+    with pytest.raises(FloatingPointError, match="NaN/inf features .* before training"):
+        _fit(net, cb, epochs=1)
+    assert net.trainer.global_step == 0  # refused at on_train_start, before the first step
+    with pytest.raises(ValueError, match="NaN"):  # the protocol's own check, outside a fit
+        cb.compute(None, _Net())
 
 
 def test_bad_arguments() -> None:

@@ -120,8 +120,8 @@ def test_digits_images_beyond_the_bundled_set_are_refused() -> None:
     with pytest.raises(ValueError, match=r"num_images must be an integer in \[1, 1797\] .*got 5000"):
         TaskPriorCallback(num_images=5000, **opts)
     cb = TaskPriorCallback(num_images=6, **opts)
-    cb._prepare(SimpleNamespace(global_rank=0, world_size=1, datamodule=None), TinyModule())
-    assert cb._images.shape == (6, 3, 8, 8)
+    cb._ready(SimpleNamespace(global_rank=0, world_size=1, datamodule=None), TinyModule())
+    assert cb.images.shape == (6, 3, 8, 8)
 
 
 def _nan_on_rank_one(rank: int, world_size: int) -> str:

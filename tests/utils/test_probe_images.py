@@ -96,20 +96,26 @@ def test_grayscale_becomes_rgb_and_other_channel_counts_are_refused() -> None:
         probe_images(_pixels(3, c=4), num_images=3, image_size=12)
 
 
-def test_denormalize_maps_validation_images_only() -> None:
+def test_normalize_maps_validation_images_only() -> None:
     val = _pixels(4)
     normalised = (val - 0.5) / 0.25  # dyadic: the inverse is exact, no tolerance to derive
-    for spec in ((0.5, 0.25), {"mean": 0.5, "std": 0.25}, lambda x: x * 0.25 + 0.5):
+    for spec in ((0.5, 0.25), {"mean": 0.5, "std": 0.25}):
+        got = probe_images("val", num_images=4, image_size=12, val_images=normalised, normalize=spec)
+        assert torch.equal(got, val)
+    # the former name, denormalize=, is the same map (a callable too: probe_images feeds no backbone)
+    for spec in ((0.5, 0.25), lambda x: x * 0.25 + 0.5):
         got = probe_images("val", num_images=4, image_size=12, val_images=normalised, denormalize=spec)
         assert torch.equal(got, val)
-    with pytest.raises(ValueError, match=r"lie in \[-2, 2\].*give denormalize=\(mean, std\)"):
+    with pytest.raises(ValueError, match="give normalize= or its former name denormalize=, not both"):
+        probe_images("val", num_images=4, image_size=12, val_images=val, normalize=(0, 1), denormalize=(0, 1))
+    with pytest.raises(ValueError, match=r"lie in \[-2, 2\].*normalize=\(mean, std\)"):
         probe_images("val", num_images=4, image_size=12, val_images=normalised)
-    with pytest.raises(ValueError, match=r"after denormalize=\.\.\., the validation images lie in"):
-        probe_images("val", num_images=4, image_size=12, val_images=val, denormalize=(0.5, 10.0))
-    with pytest.raises(TypeError, match=r"X\(denormalize=\.\.\.\) must be None, \(mean, std\)"):
-        probe_images("val", num_images=4, image_size=12, val_images=val, denormalize="imagenet", owner="X")
-    # a tensor is pixel space: denormalize does not apply to it
-    assert torch.equal(probe_images(val, num_images=4, image_size=64, denormalize=(0.5, 0.25)), val)
+    with pytest.raises(ValueError, match=r"mapped back to pixels with normalize=.*the validation images lie in"):
+        probe_images("val", num_images=4, image_size=12, val_images=val, normalize=(0.5, 10.0))
+    with pytest.raises(TypeError, match=r"X\(normalize=\.\.\.\) must be None"):
+        probe_images("val", num_images=4, image_size=12, val_images=val, normalize="imagenet", owner="X")
+    # a tensor is pixel space: normalize does not apply to it
+    assert torch.equal(probe_images(val, num_images=4, image_size=64, normalize=(0.5, 0.25)), val)
 
 
 def test_a_tensor_is_the_probe_set_as_given() -> None:
@@ -124,7 +130,7 @@ def test_a_tensor_is_the_probe_set_as_given() -> None:
         probe_images(x, num_images=4, image_size=12, owner="X")
     with pytest.raises(ValueError, match=r"images= holds 0 images"):
         probe_images(x[:0], num_images=4, image_size=12)
-    with pytest.raises(ValueError, match=r"images= lie in \[0, 255\].*denormalize=\(0, 1 / 255\)"):
+    with pytest.raises(ValueError, match=r"images= lie in \[0, 255\].*normalize=\(0, 1 / 255\)"):
         probe_images(x * 255, num_images=5, image_size=12)
     with pytest.raises(ValueError, match=r"images= must be a float \(N, C, H, W\) tensor, got a torch.uint8"):
         probe_images((x * 255).to(torch.uint8), num_images=5, image_size=12)
