@@ -20,6 +20,7 @@ import os
 import re
 import shlex
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -147,7 +148,12 @@ def _run_stage(trainer: L.Trainer, stage: str, **kwargs: Any) -> None:
     """``trainer.fit`` / ``trainer.test`` mapping interruptions to exit statuses: SIGTERM -> SystemExit(143),
     Ctrl-C -> SystemExit(130); logs how to resume."""
     try:
-        getattr(trainer, stage)(weights_only=True, **kwargs)
+        with warnings.catch_warnings():
+            # RepBench's modules keep their frozen parts (a probe's backbone, the fine-tune teacher) in eval mode on
+            # purpose and put everything else in train mode (RepBenchModule.on_fit_start): Lightning's "module(s) in
+            # eval mode" warning is then expected, so silenced for this call only (a user's own fit still shows it)
+            warnings.filterwarnings("ignore", message=r".*module\(s\) in eval mode at the start of training.*")
+            getattr(trainer, stage)(weights_only=True, **kwargs)
     except SIGTERMException:  # Lightning raises it (a SystemExit with status 0!) after the current batch
         log.error(_resume_hint(trainer, f"{stage} stopped by SIGTERM"))
         raise SystemExit(RESUMABLE_EXIT_CODES["SIGTERM"]) from None

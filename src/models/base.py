@@ -17,9 +17,19 @@
   Cost: one extra backbone build on the CPU at the first save (0.25 s for the embedded Lite0; for hub models the
   time to read their weights file again) and a sha256 of the frozen weights at every save and load (~15 ms for
   Lite0's 19 MB).
+* train mode for fitting: Lightning >= 2.2 no longer calls ``model.train()`` when a fit starts (it keeps the modes the
+  modules have) and :func:`build_backbone` returns backbones in eval mode, so without this rule a backbone would
+  train with frozen BatchNorm statistics and without dropout. :meth:`RepBenchModule.on_fit_start`,
+  :meth:`~RepBenchModule.on_train_start` and :meth:`~RepBenchModule.on_train_epoch_start` call ``self.train()``;
+  each subclass's ``train(mode)`` override keeps its deliberately frozen parts (a probe's backbone, the fine-tune
+  teacher, ``freeze_bn_stats`` BatchNorm layers) in eval mode. Lightning then warns "Found N module(s) in eval mode
+  at the start of training" for exactly those parts: truthful, and silenced only around the fit of RepBench's own
+  ``python -m src.train``.
 
 Subclasses call ``super().__init__(backbone)`` first thing in ``__init__`` (before changing any argument), override
-:meth:`trainable_parameters`, and are decorated with ``@register_module``.
+:meth:`trainable_parameters`, call ``super().on_fit_start()`` / ``super().on_train_start()`` /
+``super().on_train_epoch_start()`` first when they override those hooks, keep frozen parts in eval mode by
+overriding ``train(mode)``, and are decorated with ``@register_module``.
 """
 
 from __future__ import annotations
@@ -139,6 +149,27 @@ class RepBenchModule(L.LightningModule):
         total = max(1, int(self.trainer.estimated_stepping_batches))
         sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=total)
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
+
+    # ------------------------------------------------------------------ modes
+    # Three hooks, each one line, because no single Lightning hook precedes every first training step:
+    # on_fit_start runs before Lightning's "module(s) in eval mode at the start of training" check (which runs after
+    # the sanity check, before on_train_start), so that warning lists only the deliberately frozen parts, and the
+    # sanity-check validation captures and restores these modes; on_train_start is the last hook before the first
+    # step of every fit, a mid-epoch resume included (where on_train_epoch_start is skipped), and runs after the
+    # callbacks' on_train_start; on_train_epoch_start covers every later epoch (after the previous epoch's validation
+    # and on_train_epoch_end hooks). A validation inside an epoch restores the modes it captured (train). Setting the
+    # mode in on_validation_end would do nothing: Lightning's restore runs after it.
+    def on_fit_start(self) -> None:
+        """Train mode (frozen parts: see ``train``). Subclasses that override this hook call it first."""
+        self.train()
+
+    def on_train_start(self) -> None:
+        """Train mode (frozen parts: see ``train``). Subclasses that override this hook call it first."""
+        self.train()
+
+    def on_train_epoch_start(self) -> None:
+        """Train mode (frozen parts: see ``train``). Subclasses that override this hook call it first."""
+        self.train()
 
     # ------------------------------------------------------------ checkpoints
     def spec_fingerprint(self) -> str | None:

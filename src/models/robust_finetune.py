@@ -171,6 +171,11 @@ class PerturbationRobustFineTune(RepBenchModule):
 
     Checkpoints store the student and leave out the frozen teacher when the backbone spec rebuilds it bit for bit
     (see :class:`~src.models.base.RepBenchModule`).
+
+    During fitting the student is in train mode (with ``freeze_bn_stats`` its BatchNorm layers in eval mode) and the
+    teacher in eval mode (:meth:`train`). Lightning therefore warns "Found N module(s) in eval mode at the start of
+    training" in your own process: true and intended (the teacher's modules, and the frozen BatchNorm layers);
+    ``python -m src.train`` silences it.
     """
 
     rebuilt_from_spec = ("teacher",)
@@ -370,6 +375,7 @@ class PerturbationRobustFineTune(RepBenchModule):
                 metric.reset()
 
     def on_fit_start(self) -> None:
+        super().on_fit_start()  # train mode: the student (less its BatchNorm with freeze_bn_stats); teacher eval
         if self.hparams.get("zero_shot_eval") is True:
             self.zero_shot_names()  # no class names is an error now, not after training
         for metric in [*self.metrics.values(), *self.zero_shot_metrics.values()]:

@@ -10,7 +10,6 @@ per sample, later epochs never call it).
 from __future__ import annotations
 
 import logging
-import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -35,9 +34,6 @@ log = logging.getLogger("repbench")
 ATTACK_DEFAULTS: dict[str, Any] = {"norm": "l2", "steps": 2, "step_size": None, "random_start": True}
 EVAL_ATTACK_DEFAULTS: dict[str, Any] = {"steps": 5}
 
-# The frozen backbone is in eval mode on purpose ("frozen means frozen"); Lightning warns about that at fit start.
-warnings.filterwarnings("ignore", message=r".*module\(s\) in eval mode at the start of training.*")
-
 _STAGE_CODE = {"train": 1, "val": 2, "test": 3}
 _ATTACK_KEYS = ("norm", "steps", "step_size", "random_start")
 
@@ -59,6 +55,10 @@ def _attack_config(cfg: dict[str, Any], name: str) -> dict[str, Any]:
 @register_module
 class RobustLinearProbe(RepBenchModule):
     """Frozen backbone (always in eval mode) + linear head, trained clean (ε = 0) or adversarially (ε > 0).
+
+    During fitting the head is in train mode and the backbone in eval mode (:meth:`train`; the mode switch is
+    :class:`~src.models.base.RepBenchModule`'s). Lightning therefore warns "Found N module(s) in eval mode at the start
+    of training" in your own process: true and intended (the backbone's modules); ``python -m src.train`` silences it.
 
     Args:
         backbone: a :class:`Backbone`, a registry name or ``{name: ..., **opts}`` (stored in hparams, so a
@@ -207,10 +207,10 @@ class RobustLinearProbe(RepBenchModule):
             self.epsilon = select_epsilon(self, self.hparams.auto_epsilon)
 
     def on_fit_start(self) -> None:
+        super().on_fit_start()  # train mode; the backbone stays in eval mode (self.train)
         # metric states created in __init__ are shared between ddp_spawn workers until reset (measured with lightning 2.6)
         for m in (self.train_acc, self.val_acc, self.test_acc, *self.adv_acc.values()):
             m.reset()
-        self.backbone.eval()
 
     def _check_cache_validity(self) -> None:
         """The cache keys features by dataset index: random training (or validation) transforms would freeze the
@@ -285,6 +285,7 @@ class RobustLinearProbe(RepBenchModule):
         self._eval_step("test", batch, batch_idx)
 
     def on_train_start(self) -> None:
+        super().on_train_start()
         self._check_cache_validity()
         for lg in self.loggers:  # the chosen epsilon (and, with epsilon=auto, the SynBench scores behind it)
             metrics = {"train/epsilon": float(self.epsilon or 0.0)}

@@ -24,6 +24,9 @@ class SupervisedPretraining(RepBenchModule):
     """Cross-entropy training of ``backbone`` (all layers) and a linear head; exposes ``self.backbone`` so the
     monitoring callbacks (``SynBenchCallback``) can follow its representation epoch by epoch.
 
+    The whole module trains in train mode (BatchNorm layers update their running statistics, dropout is active):
+    :class:`~src.models.base.RepBenchModule` switches it at fit start, training start and every epoch start.
+
     Defaults equal ``configs/model/supervised.yaml`` with ``configs/backbone/timm_resnet10t_random.yaml``.
     """
 
@@ -54,6 +57,7 @@ class SupervisedPretraining(RepBenchModule):
         self.check_datamodule_classes()
 
     def on_fit_start(self) -> None:
+        super().on_fit_start()  # train mode: backbone and head (BatchNorm running statistics update)
         for metric in (self.train_acc, self.val_acc, self.test_acc):
             metric.reset()  # states created in __init__ are shared between ddp_spawn workers until reset
 

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import json
 import math
-import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -48,8 +47,6 @@ from ..utils.modes import eval_mode
 from .base import RepBenchModule, build_backbone, unpack_batch
 
 __all__ = ["TaskPriorProbe", "dataset_features"]
-
-warnings.filterwarnings("ignore", message=r".*module\(s\) in eval mode at the start of training.*")
 
 
 def dataset_features(dataset: Dataset, extractor: FeatureExtractor, batch_size: int = 256) -> Tensor:
@@ -97,6 +94,10 @@ class TaskPriorProbe(RepBenchModule):
 
     Checkpoints leave out the frozen backbone's weights when its spec rebuilds them bit for bit (see
     :class:`~src.models.base.RepBenchModule`).
+
+    During fitting the heads are in train mode and the backbone in eval mode (:meth:`train`). Lightning therefore
+    warns "Found N module(s) in eval mode at the start of training" in your own process: true and intended (the
+    backbone's modules); ``python -m src.train`` silences it.
     """
 
     rebuilt_from_spec = ("backbone",)
@@ -170,6 +171,7 @@ class TaskPriorProbe(RepBenchModule):
 
     # ------------------------------------------------------------------ frozen backbone
     def train(self, mode: bool = True) -> TaskPriorProbe:
+        """The heads follow ``mode``; the backbone stays in eval mode."""
         super().train(mode)
         self.backbone.eval()  # frozen means frozen
         return self
@@ -238,8 +240,8 @@ class TaskPriorProbe(RepBenchModule):
         self.prepare_tasks(train_eval, val_eval, train_prior, val_prior)
 
     def on_fit_start(self) -> None:
+        super().on_fit_start()  # train mode; the backbone stays in eval mode (self.train)
         self.val_tasks.reset()  # states created in __init__ are shared between ddp_spawn workers until reset
-        self.backbone.eval()
         for name in ("_train_x", "_val_x", "_train_y", "_val_y"):
             setattr(self, name, getattr(self, name).to(self.device))
 
