@@ -3,11 +3,7 @@ researcher's own project that has its own ``src`` package (the lightning-hydra-t
 
 from __future__ import annotations
 
-import os
-import shutil
 import subprocess
-import sys
-import sysconfig
 import textwrap
 import zipfile
 from pathlib import Path
@@ -53,29 +49,6 @@ def test_checkpoint_class_keys_are_canonical():
 
     assert class_key(RobustLinearProbe) == "repbench.models.robust_probe:RobustLinearProbe"
     assert canonical_class_key("src.models.robust_probe:RobustLinearProbe") == class_key(RobustLinearProbe)
-
-
-@pytest.fixture(scope="module")
-def wheel(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("wheel")
-    # build from a copy of the project's files (tracked + new, not ignored), as a fresh clone would: an in-tree build
-    # reuses setuptools' build/ folder, which still holds modules and configs that were renamed or deleted since
-    src = tmp_path_factory.mktemp("source")
-    listed = subprocess.run(
-        ["git", "ls-files", "-co", "--exclude-standard"], cwd=ROOT, capture_output=True, text=True, check=True
-    ).stdout.split("\n")
-    for rel in filter(None, listed):
-        if (ROOT / rel).is_file():
-            (src / rel).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(ROOT / rel, src / rel)
-    subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(out), str(src)],
-        check=True,
-        capture_output=True,
-        timeout=300,
-    )
-    (whl,) = out.glob("repbench-*.whl")
-    return whl
 
 
 @pytest.mark.slow
@@ -146,38 +119,16 @@ print(json.dumps({"repbench": repbench.__file__, "metrics": sorted(trainer.callb
 
 
 @pytest.mark.slow
-def test_wheel_in_a_fresh_venv_beside_a_project_with_its_own_src(wheel, tmp_path):
+def test_wheel_in_a_fresh_venv_beside_a_project_with_its_own_src(installed_repbench, tmp_path):
     """pip-install the wheel into a new venv; a dummy project with its own `src` package uses a RepBench callback in
     its own Trainer, and the console script trains from the configs shipped inside the package."""
-    venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
-    py = venv / "bin" / "python"
-    site = Path(
-        subprocess.run(
-            [py, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-            check=True,
-            capture_output=True,
-            text=True,
-        ).stdout.strip()
-    )
-    # Dependencies (torch, lightning, ...) come from this test's environment through a plain path line: a path line
-    # does not run that environment's .pth hooks, so the repository's editable install is not visible in the venv.
-    (site / "deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
-    subprocess.run(
-        [sys.executable, "-m", "pip", "--python", str(py), "install", "--no-deps", "--no-index", "-q", str(wheel)],
-        check=True,
-        capture_output=True,
-        timeout=300,
-    )
-    assert not (site / "src").exists() and not (site / "callbacks").exists() and not (site / "configs").exists()
-
+    py, site, env = installed_repbench
+    venv = py.parent.parent
     project = tmp_path / "my_project"
     (project / "src").mkdir(parents=True)
     (project / "src" / "__init__.py").write_text("")
     (project / "src" / "model.py").write_text(textwrap.dedent(_USER_MODEL))
     (project / "run.py").write_text(textwrap.dedent(_USER_SCRIPT))
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
-    env["HF_HUB_OFFLINE"] = "1"
     done = subprocess.run(
         [py, "run.py", str(project)], cwd=project, env=env, capture_output=True, text=True, timeout=300
     )
