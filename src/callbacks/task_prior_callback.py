@@ -19,6 +19,7 @@ from typing import Any
 
 import lightning as L
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from ..backbones.spec import check_backbone_spec
@@ -27,6 +28,7 @@ from ..metrics.task_prior import TaskPriorMoments
 from ..task_prior.config import TaskPriorConfig
 from ..task_prior.conventions import TaskPriorConvention, resolve_convention
 from ..task_prior.validation import ZERO_NORM, check_block_size
+from ..utils.digits import check_image_size
 from ..utils.distributed import Shard, all_reduce_sum
 from ..utils.modes import eval_mode
 from ..utils.normalization import Normalize
@@ -50,6 +52,10 @@ class TaskPriorCallback(BackboneMonitor):
     num_images: size of the fixed set, at most (memory O(N·D); the moments never hold N × N).
     image_size: side of the photos and digits (``images="photos"`` / ``"digits"``); validation images and a tensor
         keep their own size.
+    prior_image_size: side the *prior* backbone sees the fixed images at (antialiased bilinear resize, once, for
+        its features); None (default): their own size. The evaluated backbone always sees them at their own size
+        (what it trains on). E.g. 64 for 32-px images and an EfficientNet-Lite prior, which embeds inputs of
+        <= 32 px as zero vectors.
     feature_fn: ``(pl_module, x) -> (N, D)``; default ``pl_module.backbone.embed``.
     eval_scale, prior_scale: ``"frobenius"`` | ``"none"``; None = the convention's (``"repbench"``: M/‖M‖_F, raw K).
     block_size: row blocks of the tiled moments (memory only); default :class:`~src.task_prior.TaskPriorConfig`'s.
@@ -94,9 +100,15 @@ class TaskPriorCallback(BackboneMonitor):
         progress: bool = True,
         convention: str | TaskPriorConvention = TaskPriorConfig.convention,
         normalize: Normalize = None,
+        prior_image_size: int | None = None,
     ) -> None:
         super().__init__(
             every_n_epochs, feature_fn, skip_unchanged, prefix, at_train_start, progress, normalize, denormalize
+        )
+        self.prior_image_size = (
+            None
+            if prior_image_size is None
+            else check_image_size(prior_image_size, "prior_image_size", "TaskPriorCallback: set prior_image_size=64")
         )
         if prior_backbone is None and prior_features is None:
             raise ValueError("give prior_backbone (a registry name) or prior_features (N, D) for the fixed images")
@@ -134,7 +146,8 @@ class TaskPriorCallback(BackboneMonitor):
     def _identity(self) -> dict[str, Any]:
         prior = "features" if self.prior_features is not None else self.prior_backbone
         prior = dict(prior) if isinstance(prior, Mapping) else prior
-        return {"temperature": self.temperature, "prior": prior, "images": self.source, "num_images": self.num_images}
+        out = {"temperature": self.temperature, "prior": prior, "images": self.source, "num_images": self.num_images}
+        return out if self.prior_image_size is None else {**out, "prior_image_size": self.prior_image_size}
 
     # ------------------------------------------------------------------ pieces
     def _share(self, trainer: Any) -> Tensor:
@@ -163,13 +176,21 @@ class TaskPriorCallback(BackboneMonitor):
         prior = build_backbone(self.prior_backbone).to(pl_module.device).eval()
         progress.stage(f"prior backbone {self.prior_backbone!r} built")
         ext = FeatureExtractor(progress.counted(prior.embed), device=pl_module.device, max_batch=self.max_batch)
-        share = ext(self.images[idx]).to(torch.float64).cpu() if len(idx) else None
+        share = ext(self._prior_view(self.images[idx])).to(torch.float64).cpu() if len(idx) else None
         progress.done()
         if share is None:  # this rank owns no image: an empty table of the right width
             share = torch.zeros(0, int(prior.embed_dim), dtype=torch.float64)
         del prior
         self._prior_share = share
         self._check_prior(trainer)
+
+    def _prior_view(self, images: Tensor) -> Tensor:
+        """The fixed images as the prior backbone sees them: resized to ``prior_image_size`` (antialiased bilinear:
+        convex weights, no overshoot) or as they are."""
+        size = self.prior_image_size
+        if size is None or tuple(images.shape[-2:]) == (size, size):
+            return images
+        return F.interpolate(images, size=(size, size), mode="bilinear", antialias=True).clamp(0.0, 1.0)
 
     def _check_prior(self, trainer: Any) -> None:
         """Refuse prior features with zero (or NaN/inf) rows on any rank, naming the fix; one collective that every
@@ -193,12 +214,15 @@ class TaskPriorCallback(BackboneMonitor):
                 f"TaskPriorCallback: prior_backbone={self.prior_backbone!r} gives NaN/inf features for {bad} of the "
                 f"{n} fixed images"
             )
+        if self.prior_image_size is not None:
+            side = (self.prior_image_size, self.prior_image_size)
         raise ValueError(
             f"TaskPriorCallback: prior_backbone={self.prior_backbone!r} embeds {zero} of the {n} fixed images "
-            f"({side[0]} x {side[1]} px) as zero vectors, where the prior's cosine kernel is undefined "
-            "(EfficientNet-Lite backbones embed inputs of <= 32 px as exact zeros). Fix: larger images "
-            "(images='photos' or 'digits' with image_size=64, or validation images of >= 64 px), or a prior that "
-            "takes small images (prior_backbone=..., or prior_features= computed on the same images)"
+            f"({side[0]} x {side[1]} px as it sees them) as zero vectors, where the prior's cosine kernel is "
+            "undefined (EfficientNet-Lite backbones embed inputs of <= 32 px as exact zeros). Fix: "
+            "prior_image_size=64 (the prior sees the images resized; your backbone still sees them at their own "
+            "size), or larger images (images='photos' or 'digits' with image_size=64), or a prior that takes small "
+            "images (prior_backbone=..., or prior_features= computed on the same images)"
         )
 
     def compute(self, trainer: L.Trainer, pl_module: L.LightningModule) -> dict[str, float]:

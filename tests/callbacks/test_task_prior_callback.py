@@ -153,3 +153,23 @@ def test_nan_features_on_one_rank_fail_every_rank_without_a_hang() -> None:
 
     for res in run_in_processes(_nan_on_rank_one, 2, timeout=120):
         assert "NaN/inf features for 4 Task-Prior images" in res and "epoch 3" in res
+
+
+def test_a_prior_that_embeds_the_images_as_zeros_is_refused_before_training_and_prior_image_size_fixes_it() -> None:
+    """EfficientNet-Lite2 embeds inputs of <= 32 px as exact zeros: the callback once died after the first epoch with
+    "prior_features has a zero-norm row"; now setup refuses it, naming prior_image_size=, which resizes the images
+    for the prior only (the trained backbone still sees 16 px)."""
+    x, y = _data()
+    images = torch.rand(8, 3, 16, 16, generator=torch.Generator().manual_seed(3))
+    module = TinyModule()
+    cb = TaskPriorCallback(prior_backbone="embedded:efficientnet_lite2", images=images, num_images=8, progress=False)
+    with pytest.raises(ValueError, match=r"embeds 8 of the 8 fixed images \(16 x 16 px.*Fix: prior_image_size=64"):
+        quiet_trainer(max_epochs=1, callbacks=[cb]).fit(module, DataLoader(TensorDataset(x, y), batch_size=8))
+    assert module.trainer.global_step == 0  # refused in setup: no training step was wasted
+    fixed = TaskPriorCallback(
+        prior_backbone="embedded:efficientnet_lite2", images=images, num_images=8, progress=False, prior_image_size=64
+    )
+    trainer = quiet_trainer(max_epochs=1, callbacks=[fixed])
+    trainer.fit(TinyModule(), DataLoader(TensorDataset(x, y), batch_size=8))
+    assert all(np.isfinite(v) for v in fixed.last.values()) and fixed.last["var"] > 0
+    assert fixed._identity()["prior_image_size"] == 64
