@@ -82,7 +82,7 @@ class CollapseAlarm(BackboneMonitor):
         :func:`src.utils.probe_images.probe_images`; built and checked before training).
     normalize: None (the backbone takes [0, 1] pixels) or ``(mean, std)`` / ``{"mean": ..., "std": ...}`` /
         torchvision's ``Normalize``: the backbone takes ``(pixels - mean) / std`` and the validation images carry it
-        (the monitors' input contract). ``denormalize``: its deprecated alias.
+        (the monitors' input contract).
     every_n_epochs: check at the end of every N-th epoch (and after the last one).
     feature_fn: ``(pl_module, x) -> (N, D)``; default ``pl_module.backbone.embed``.
     prefix: logs ``{prefix}/alarm`` (0/1) and ``{prefix}/cosine``.
@@ -111,12 +111,9 @@ class CollapseAlarm(BackboneMonitor):
         feature_fn: Callable[[L.LightningModule, Tensor], Tensor] | None = None,
         prefix: str = "val/collapse",
         normalize: Normalize = None,
-        denormalize: Any = None,
     ) -> None:
-        super().__init__(
-            every_n_epochs, feature_fn, False, prefix, at_train_start=False, progress=False, normalize=normalize,
-            denormalize=denormalize,
-        )  # fmt: skip
+        super().__init__(every_n_epochs, feature_fn, False, prefix, at_train_start=False, progress=False,
+                         normalize=normalize)  # fmt: skip
         self.synbench_floor = _threshold(synbench_floor, "synbench_floor", 0.0)
         self.rankme_floor = _threshold(rankme_floor, "rankme_floor", 0.0)
         self.radius_floor = _threshold(radius_floor, "radius_floor", 0.0, 1.0)
