@@ -23,7 +23,8 @@ The levers (docs/speed.md has the measurements behind every default):
     inference      True: torch.inference_mode; False: torch.no_grad (outputs may be used in autograd later).
     eval_mode      True: an nn.Module behind ``feature_fn`` runs in eval mode; every submodule's mode is restored.
     pin_memory     CPU → CUDA copies through pinned memory with non_blocking=True (CUDA path not measured here).
-The allocator lever is process-wide: :func:`src.utils.allocator.keep_freed_memory`.
+The allocator lever is process-wide (:func:`src.utils.allocator.keep_freed_memory`, the CLIs call it); every call
+keeps freed memory for its own duration in a process that did not (:func:`src.utils.allocator.freed_memory_kept`).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from ..utils.allocator import freed_memory_kept
 from ..utils.modes import eval_mode as _eval_mode
 from .compiled import CompiledForward
 from .formats import resolve_memory_format, to_memory_format
@@ -136,6 +138,7 @@ class FeatureExtractor:
     # -- core ----------------------------------------------------------------------------------------------------------
     def _context(self) -> contextlib.ExitStack:
         stack = contextlib.ExitStack()
+        stack.enter_context(freed_memory_kept())  # the forwards' buffers reused, not faulted in op by op
         stack.enter_context(torch.inference_mode() if self.inference else torch.no_grad())
         if self.eval_mode and self.module is not None:
             stack.enter_context(_eval_mode(self.module))

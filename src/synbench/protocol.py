@@ -29,6 +29,7 @@ from typing import Any
 
 import torch
 
+from ..utils.allocator import freed_memory_kept
 from ..utils.distributed import Reduce, Shard, no_reduce
 from ..utils.modes import eval_mode
 from ..utils.threads import torch_threads
@@ -203,8 +204,22 @@ def run_protocol(
     :func:`make_extract`); ``progress(n)`` is called with the number of samples of each processed batch;
     ``device``: where the float64 statistics live and the classifiers are solved (the feature device).
 
-    Every process of a ``reduce`` group must call it with the same plan and config.
+    Every process of a ``reduce`` group must call it with the same plan and config. Malloc keeps freed memory for
+    the duration of the call (:func:`src.utils.allocator.freed_memory_kept`).
     """
+    with freed_memory_kept():
+        return _run_protocol(extract, plan, config, shard, reduce, progress, device)
+
+
+def _run_protocol(
+    extract: Callable[[Tensor], Tensor],
+    plan: SamplingPlan,
+    config: SynBenchConfig,
+    shard: Shard,
+    reduce: Reduce,
+    progress: Callable[[int], None],
+    device: Any,
+) -> ProtocolStatistics:
     cfg = config
     tau = reference_prior(cfg)
     n_s, n_e = len(plan.s_values), len(cfg.eps)
