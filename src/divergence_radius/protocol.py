@@ -11,14 +11,20 @@ c·chunk_size …); ``shard`` says which chunks this process computes, and rando
 generator seeded by (seed, c), so every image sees the same perturbations whatever the number of processes.
 ``reduce`` combines the per-perturbation partial sums (identity in one process, all_reduce under DDP; every rank
 calls it, an empty share contributing zeros).
+
+Cache: on a fixed probe set (a monitor's images, every epoch) the perturbed versions never change, only the network
+does. :func:`cache_perturbations` draws every chunk's versions once, exactly as the sweep draws them, into a
+:class:`PerturbationCache`; ``robustness_sweep(..., perturbed=cache)`` then only embeds and solves the MEBs, with
+results bit-identical to the uncached sweep (one loop: both paths take a chunk's versions from :func:`_versions`).
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
 import zlib
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -26,6 +32,8 @@ from torch import Tensor
 
 from ..features import as_extractor
 from ..perturbations import parameter_grid, perturb
+from ..perturbations._random import engine_for
+from ..utils.allocator import freed_memory_kept
 from ..utils.distributed import Reduce, Shard, no_reduce
 from ..utils.numerics import mix_seed
 from .config import DivergenceRadiusConfig
@@ -33,6 +41,8 @@ from .metrics import cosine_robustness, divergence_radius
 
 __all__ = [
     "SweepOutput",
+    "PerturbationCache",
+    "cache_perturbations",
     "sweep_parameters",
     "robustness_sweep",
     "sweep_sums",
@@ -92,6 +102,114 @@ def _finite(z: Tensor, what: str, n: int) -> Tensor:
     return z
 
 
+def _check_images(images: Tensor) -> None:
+    if not isinstance(images, Tensor) or images.dim() != 4 or images.shape[1] != 3:
+        shape = tuple(images.shape) if isinstance(images, Tensor) else type(images).__name__
+        raise ValueError(f"images must be a (N, 3, H, W) tensor in [0, 1], got {shape}")
+
+
+def _chunk_slices(n_img: int, chunk_size: int, shard: Shard) -> list[tuple[int, slice]]:
+    """(global chunk index c, the images' slice) of this shard's chunks."""
+    return [
+        (c, slice(c * chunk_size, min(n_img, (c + 1) * chunk_size)))
+        for c in shard.indices(math.ceil(n_img / chunk_size))
+    ]
+
+
+def _versions(x: Tensor, names: Sequence[str], params: Mapping[str, Tensor], seed: int, c: int) -> Tensor:
+    """Every version of chunk ``c``'s images ``x`` (n, 3, H, W) in one tensor ((1 + P·m)·n, 3, H, W): rows 0 … n − 1
+    the clean images, then per perturbation p (in the order of ``names``) its m versions, image i at parameter j in
+    row n + (p·m + j)·n + i. Random perturbations draw from one generator seeded by (seed, c), perturbation by
+    perturbation and parameter by parameter in that order: the sweep's draws, cached or not."""
+    g = torch.Generator().manual_seed(mix_seed(seed, c))
+    return torch.cat([x] + [perturb(x, name, float(k), generator=g) for name in names for k in params[name]])
+
+
+def _perturb_device(images: Tensor, device: str | torch.device | None) -> torch.device:
+    """Where the sweep perturbs: ``device`` resolved as a tensor move resolves it (``cuda`` → ``cuda:0``), else the
+    images' device."""
+    return images[:0].to(device).device if device is not None else images.device
+
+
+def _cache_key(
+    images: Tensor, cfg: DivergenceRadiusConfig, params: Mapping[str, Tensor], shard: Shard, where: torch.device
+) -> str:
+    """Digest of everything a chunk's versions depend on: the images' bytes, shape and dtype, the parameter grid,
+    seed, chunk_size, perturbation names, m, mode, the shard, the perturbation device and its random engine."""
+    h = hashlib.blake2b(digest_size=16)
+    flat = images.detach().reshape(-1).contiguous().cpu()
+    h.update(repr((tuple(images.shape), str(images.dtype))).encode())
+    h.update(flat.view(torch.uint8).numpy().tobytes())
+    for name in cfg.perturbations:
+        h.update(name.encode() + b"\0" + params[name].detach().to(F64).cpu().numpy().tobytes())
+    fields = (cfg.perturbations, cfg.m, cfg.mode, cfg.seed, cfg.chunk_size, shard.rank, shard.world_size)
+    h.update(repr((fields, str(where), engine_for(where))).encode())
+    return h.hexdigest()
+
+
+@dataclass(frozen=True)
+class PerturbationCache:
+    """A fixed image set's perturbed versions for one sweep config and shard (:func:`cache_perturbations`).
+
+    ``key``: digest of the images (bytes, shape, dtype), the parameter grid, seed, chunk_size, perturbation names, m,
+    mode, the shard and the perturbation device (:func:`robustness_sweep` refuses a cache whose key differs from its
+    call's). ``chunks``: per chunk of this shard, (global chunk index, first image, end image, versions
+    ((1 + P·m)·n, 3, H, W), see :func:`_versions`). ``nbytes``: the versions' memory,
+    n_images × (1 + P·m) × 3 × H × W × element size (float32: 4) summed over this shard's images. Treat the tensors
+    as read-only."""
+
+    key: str
+    names: tuple[str, ...]
+    m: int
+    parameters: dict[str, Tensor] = field(repr=False)
+    chunks: tuple[tuple[int, int, int, Tensor], ...] = field(repr=False)
+    nbytes: int = 0
+    device: torch.device = torch.device("cpu")
+
+
+def cache_perturbations(
+    images: Tensor,
+    config: DivergenceRadiusConfig | Mapping[str, Any] | None = None,
+    *,
+    perturbations: Sequence[str] | None = None,
+    m: int | None = None,
+    mode: str | None = None,
+    seed: int | None = None,
+    chunk_size: int | None = None,
+    shard: Shard = Shard(),
+    device: str | torch.device | None = None,
+) -> PerturbationCache:
+    """Perturb ``images`` (N, 3, H, W) in [0, 1] once for the sweep of ``config`` (fields overridden by the keyword
+    arguments that are not None, as in :func:`robustness_sweep`) on this ``shard``'s chunks, on ``device`` (None: the
+    images' device): every chunk's clean images and, per perturbation, its m versions, drawn exactly as the sweep
+    draws them (same generator per chunk, same order), so ``robustness_sweep(images, f, config, shard=shard,
+    device=device, perturbed=cache)`` equals the uncached sweep bit for bit and costs only the forwards and MEBs.
+
+    Memory (``cache.nbytes``): n_images × (1 + P·m) × 3 × H × W × 4 bytes for float32 images (P perturbations,
+    n_images this shard's images); the default monitor (32 images of 64 px, P = 9, m = 5):
+    32 × 46 × 3 × 64² × 4 ≈ 72 MB."""
+    cfg = DivergenceRadiusConfig.merged(
+        config, perturbations=perturbations, m=m, mode=mode, seed=seed, chunk_size=chunk_size
+    )
+    _check_images(images)
+    params = sweep_parameters(config=cfg)
+    where = _perturb_device(images, device)
+    chunks = []
+    with torch.no_grad():
+        for c, sl in _chunk_slices(images.shape[0], cfg.chunk_size, shard):
+            versions = _versions(images[sl].to(where), cfg.perturbations, params, cfg.seed, c)
+            chunks.append((c, sl.start, sl.stop, versions))
+    return PerturbationCache(
+        key=_cache_key(images, cfg, params, shard, where),
+        names=cfg.perturbations,
+        m=cfg.m,
+        parameters=params,
+        chunks=tuple(chunks),
+        nbytes=sum(v.numel() * v.element_size() for *_, v in chunks),
+        device=where,
+    )
+
+
 def robustness_sweep(
     images: Tensor,
     feature_fn: Callable[[Tensor], Tensor],
@@ -107,58 +225,75 @@ def robustness_sweep(
     shard: Shard = Shard(),
     device: str | torch.device | None = None,
     max_batch: int = 256,
+    perturbed: PerturbationCache | None = None,
 ) -> SweepOutput:
     """Run the sweep on this shard's chunks of ``images`` (N, 3, H, W) in [0, 1] (see module docstring).
 
     ``config``: the sweep (:class:`~src.divergence_radius.config.DivergenceRadiusConfig`, a mapping of its fields, or None
     for its defaults); ``perturbations``, ``m``, ``mode``, ``seed``, ``chunk_size`` override its fields when not None.
     ``feature_fn``: (B, 3, H, W) -> (B, D) (a Backbone's ``embed``, or a FeatureExtractor); it runs through
-    :class:`~src.features.FeatureExtractor` under inference mode in the caller's train/eval mode.
+    :class:`~src.features.FeatureExtractor` under inference mode in the caller's train/eval mode, on each chunk's
+    (1 + P·m)·n versions in one call (forwards of ``max_batch`` images).
     ``classifier``: (B, D) embeddings -> (B, C) scores (a linear probe, or zero-shot text weights); with ``labels``
     (N,) it gives ACC_p and the clean correctness.
+    ``perturbed``: the :func:`cache_perturbations` of the same images, config, shard and device: the versions are
+    taken from it instead of being drawn again (same results bit for bit); a cache of other images, config, shard or
+    device is refused (ValueError).
+    Malloc keeps freed memory for the duration of the call (:func:`src.utils.allocator.freed_memory_kept`).
     """
     cfg = DivergenceRadiusConfig.merged(
         config, perturbations=perturbations, m=m, mode=mode, seed=seed, chunk_size=chunk_size
     )
     names, m, chunk_size, seed = cfg.perturbations, cfg.m, cfg.chunk_size, cfg.seed
-    if not isinstance(images, Tensor) or images.dim() != 4 or images.shape[1] != 3:
-        shape = tuple(images.shape) if isinstance(images, Tensor) else type(images).__name__
-        raise ValueError(f"images must be a (N, 3, H, W) tensor in [0, 1], got {shape}")
+    _check_images(images)
     if (labels is None) != (classifier is None):
         raise ValueError("ACC_p needs both labels and classifier (or neither)")
     if labels is not None and labels.shape != (images.shape[0],):
         raise ValueError(f"labels must have shape ({images.shape[0]},), got {tuple(labels.shape)}")
     params = sweep_parameters(config=cfg)
+    if perturbed is not None:
+        if not isinstance(perturbed, PerturbationCache):
+            raise TypeError(
+                f"perturbed must be a PerturbationCache (cache_perturbations), got {type(perturbed).__name__}"
+            )
+        if perturbed.key != _cache_key(images, cfg, params, shard, _perturb_device(images, device)):
+            raise ValueError(
+                "perturbed= holds the perturbations of other images, another sweep config (perturbations, m, mode, "
+                "seed, chunk_size, parameters), another shard or another device than this call's; build it with "
+                "cache_perturbations(images, config, shard=..., device=...) using this call's arguments"
+            )
+        chunks = [(c, slice(a, b), v) for c, a, b, v in perturbed.chunks]
+    else:
+        chunks = [(c, sl, None) for c, sl in _chunk_slices(images.shape[0], chunk_size, shard)]
     extract = as_extractor(feature_fn, device=device, max_batch=max_batch)
-    n_img, P = images.shape[0], len(names)
-    chunks = [c for c in shard.indices(math.ceil(n_img / chunk_size))]
+    P = len(names)
     idx_all, dr_all, cs_all, acc_all, clean_all = [], [], [], [], []
-    for c in chunks:
-        sl = slice(c * chunk_size, min(n_img, (c + 1) * chunk_size))
-        x = images[sl]
-        if device is not None:
-            x = x.to(device)
-        n = x.shape[0]
-        g = torch.Generator().manual_seed(mix_seed(seed, c))
-        z_clean = _finite(extract(x), "the clean images", n)
-        y = labels[sl].to(z_clean.device) if labels is not None else None
-        sets, acc = [], []
-        for name in names:
-            ks = params[name]
-            # all m versions of the chunk in one batch: image i at parameter j is row j·n + i
-            xp = torch.cat([perturb(x, name, float(k), generator=g) for k in ks])
-            zp = _finite(extract(xp), f"perturbation {name}", m * n)
-            sets.append(torch.cat([z_clean[:, None], zp.reshape(m, n, -1).transpose(0, 1)], dim=1))  # (n, m+1, D)
+    with freed_memory_kept():
+        for c, sl, versions in chunks:
+            if versions is None:
+                x = images[sl]
+                if device is not None:
+                    x = x.to(device)
+                versions = _versions(x, names, params, seed, c)
+            n = sl.stop - sl.start
+            z = extract(versions)
+            z_clean = _finite(z[:n], "the clean images", n)
+            y = labels[sl].to(z.device) if labels is not None else None
+            sets, acc = [], []
+            for p, name in enumerate(names):
+                # image i at parameter j is row j·n + i of the perturbation's block
+                zp = _finite(z[n + p * m * n : n + (p + 1) * m * n], f"perturbation {name}", m * n)
+                sets.append(torch.cat([z_clean[:, None], zp.reshape(m, n, -1).transpose(0, 1)], dim=1))  # (n, m+1, D)
+                if classifier is not None:
+                    pred = classifier(zp).argmax(-1).reshape(m, n)
+                    acc.append((pred == y[None]).to(F64).mean(0))
+            pts = torch.stack(sets, 1)  # (n, P, m+1, D): one batched MEB for the chunk
+            idx_all.append(torch.arange(sl.start, sl.stop))
+            dr_all.append(divergence_radius(pts).cpu())
+            cs_all.append(cosine_robustness(pts).cpu())
             if classifier is not None:
-                pred = classifier(zp).argmax(-1).reshape(m, n)
-                acc.append((pred == y[None]).to(F64).mean(0))
-        pts = torch.stack(sets, 1)  # (n, P, m+1, D): one batched MEB for the chunk
-        idx_all.append(torch.arange(sl.start, sl.stop))
-        dr_all.append(divergence_radius(pts).cpu())
-        cs_all.append(cosine_robustness(pts).cpu())
-        if classifier is not None:
-            acc_all.append(torch.stack(acc, 1).cpu())
-            clean_all.append((classifier(z_clean).argmax(-1) == y).to(F64).cpu())
+                acc_all.append(torch.stack(acc, 1).cpu())
+                clean_all.append((classifier(z_clean).argmax(-1) == y).to(F64).cpu())
     empty = torch.zeros(0, P, dtype=F64)
     cat = lambda xs, e: torch.cat(xs) if xs else e  # noqa: E731
     return SweepOutput(

@@ -23,7 +23,7 @@ from torchmetrics import Metric
 
 from ..divergence_radius.config import DivergenceRadiusConfig
 from ..divergence_radius.metrics import cosine_robustness, divergence_radius
-from ..divergence_radius.protocol import robustness_sweep
+from ..divergence_radius.protocol import PerturbationCache, robustness_sweep
 from ..features import FeatureExtractor
 from ..utils.distributed import Shard, all_reduce_sum, no_reduce, raise_if_any_failed
 from ._plot import PlotMixin
@@ -158,17 +158,25 @@ def robustness_metrics(
     rank: int = 0,
     world_size: int = 1,
     device: str | torch.device | None = None,
+    perturbed: PerturbationCache | None = None,
 ) -> dict[str, float]:
     """The sweep of ``config`` (:class:`~src.divergence_radius.config.DivergenceRadiusConfig`, a mapping of its fields or
     None for its defaults; the keyword arguments override its fields when not None) on this rank's chunks of
     ``images`` through both metrics; every rank must call it (``compute`` syncs). Returns
-    {"divergence_radius/<name>", "divergence_radius/mean", "cosine_robustness/<name>", ...}."""
+    {"divergence_radius/<name>", "divergence_radius/mean", "cosine_robustness/<name>", ...}.
+
+    ``perturbed``: the perturbed versions of ``images`` drawn once by
+    :func:`~src.divergence_radius.protocol.cache_perturbations` with the same config, ``shard=Shard(rank,
+    world_size)`` and ``device`` (then only the forwards and MEBs run; the values are bit-identical). A cache of
+    other images, config, shard or device is refused (ValueError, raised on every rank)."""
     error: BaseException | None = None
     try:
         cfg = DivergenceRadiusConfig.merged(
             config, perturbations=perturbations, m=m, mode=mode, seed=seed, chunk_size=chunk_size
         )
-        out = robustness_sweep(images, feature_fn, cfg, shard=Shard(rank, world_size), device=device)
+        out = robustness_sweep(
+            images, feature_fn, cfg, shard=Shard(rank, world_size), device=device, perturbed=perturbed
+        )
     except Exception as exc:  # every rank learns of it below instead of blocking in the metrics' sync
         error = exc
     raise_if_any_failed(error, all_reduce_sum if world_size > 1 else no_reduce)
