@@ -37,6 +37,7 @@ from __future__ import annotations
 import math
 import os
 import threading
+import time
 import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -53,6 +54,8 @@ __all__ = [
     "range_words",
     "range_normals",
     "compile_enabled",
+    "sampler_ready",
+    "warm_up_sampler",
     "stream_key",
     "random_bits",
     "uniform",
@@ -197,6 +200,11 @@ def _agree(compiled: Tensor, eager: Tensor) -> bool:
     return bool((compiled.double() - eager.double()).abs().max() <= bound)
 
 
+def _slot(device: torch.device, fn: Callable[..., Tensor], extra: tuple[Any, ...]) -> tuple[str, ...]:
+    """The key of one compiled kernel in ``_FUSED``: (function, device type, extra arguments)."""
+    return (fn.__name__, device.type, *map(str, extra))
+
+
 def _fused(device: torch.device, fn: Callable[..., Tensor] | None = None, *extra: Any) -> Callable[..., Tensor]:
     """The compiled ``fn`` (:func:`range_words`, or :func:`range_normals` with its ``dtype`` in ``extra``) for
     ``device``'s type, one kernel per (fn, device type, extra), compiled and checked against the eager function on
@@ -204,7 +212,7 @@ def _fused(device: torch.device, fn: Callable[..., Tensor] | None = None, *extra
     disagrees. The checking call is large (``_HINT`` counters) because the first call's size is the kernel's size
     hint: inductor parallelises the loop of a kernel first called on a large range, not one first called on 64."""
     fn = range_words if fn is None else fn
-    slot = (fn.__name__, device.type, *map(str, extra))
+    slot = _slot(device, fn, extra)
     cached = _FUSED.get(slot)
     if cached is not None:
         return cached
@@ -225,6 +233,43 @@ def _fused(device: torch.device, fn: Callable[..., Tensor] | None = None, *extra
                 warnings.warn(f"philox: torch.compile unavailable ({type(err).__name__}); using eager", stacklevel=2)
         _FUSED[slot] = chosen
         return chosen
+
+
+def _sampler_slots(device: Any, dtype: torch.dtype) -> list[tuple[Callable[..., Tensor], tuple[Any, ...]]]:
+    """The kernels a SynBench run draws with on ``device`` (samples of ``dtype``): :func:`range_words` (the labels,
+    :func:`uniform`) and :func:`range_normals` with ``dtype`` (the samples, :func:`normal`)."""
+    if not dtype.is_floating_point:
+        raise ValueError(f"dtype must be a floating dtype, got {dtype}")
+    return [(range_words, ()), (range_normals, (dtype,))]
+
+
+def sampler_ready(device: Any = "cpu", dtype: torch.dtype = torch.float32) -> bool:
+    """Whether the sampler kernels of a SynBench run with samples of ``dtype`` on ``device`` are built in this
+    process (a dictionary look-up): False means the next draw there compiles them first (seconds to tens of seconds
+    on a busy CPU). True also when there is nothing to compile (``REPBENCH_PHILOX_COMPILE=0``, or a device type
+    other than cpu / cuda: eager). SynBench draws its labels with :func:`uniform` (kernel :func:`range_words`) and
+    its samples with :func:`normal` in float32 (kernel :func:`range_normals`, float32) on the feature device: so
+    ``sampler_ready(device)`` with the defaults is the question for ``synbench(..., device=device)``."""
+    dev = _device(device)
+    slots = _sampler_slots(dev, dtype)
+    if not compile_enabled() or dev.type not in ("cpu", "cuda"):
+        return True
+    return all(_slot(dev, fn, extra) in _FUSED for fn, extra in slots)
+
+
+def warm_up_sampler(device: Any = "cpu", dtype: torch.dtype = torch.float32) -> float:
+    """Build (compile and check) the sampler kernels of :func:`sampler_ready` now, once per process; returns the
+    seconds it took (≈ 0 when they were built already). For a caller that wants to say so::
+
+        if not sampler_ready(device):
+            log.info("compiling the SynBench sampler (once per process)")
+            log.info("sampler compiled in %.1f s", warm_up_sampler(device))
+    """
+    dev = _device(device)
+    start = time.perf_counter()
+    for fn, extra in _sampler_slots(dev, dtype):
+        _fused(dev, fn, *extra)
+    return time.perf_counter() - start
 
 
 def _scalar(v: Any, device: torch.device) -> Tensor:
