@@ -17,13 +17,23 @@ from .downstream import (
 )
 from .meb import minimum_enclosing_ball
 from .metrics import cosine_robustness, divergence_radius, euclidean_robustness, normalize_embeddings
-from .protocol import SweepOutput, robustness_sweep, sweep_means, sweep_parameters, sweep_sums
+from .protocol import (
+    PerturbationCache,
+    SweepOutput,
+    cache_perturbations,
+    robustness_sweep,
+    sweep_means,
+    sweep_parameters,
+    sweep_sums,
+)
 
 __all__ = [
     "DivergenceRadiusConfig",
     "LinearClassifier",
+    "PerturbationCache",
     "SweepOutput",
     "ZeroShotClassifier",
+    "cache_perturbations",
     "compare_backbones",
     "cosine_robustness",
     "divergence_radius",
