@@ -166,6 +166,20 @@ class PerturbationCache:
     nbytes: int = 0
     device: torch.device = torch.device("cpu")
 
+    def matches(
+        self,
+        images: Tensor,
+        config: DivergenceRadiusConfig | Mapping[str, Any] | None = None,
+        *,
+        shard: Shard = Shard(),
+        device: str | torch.device | None = None,
+        **overrides: Any,
+    ) -> bool:
+        """Whether :func:`robustness_sweep` with these arguments (``overrides``: ``perturbations``, ``m``, ``mode``,
+        ``seed``, ``chunk_size``) would take this cache (False: build a new one with :func:`cache_perturbations`)."""
+        cfg = DivergenceRadiusConfig.merged(config, **overrides)
+        return self.key == _cache_key(images, cfg, sweep_parameters(config=cfg), shard, _perturb_device(images, device))
+
 
 def cache_perturbations(
     images: Tensor,

@@ -104,9 +104,11 @@ def test_mismatched_cache_is_refused():
         ((x,), {**cfg, "mode": "random"}),
         ((x,), {**cfg, "shard": Shard(0, 2)}),
     ]
+    assert cache.matches(x, **cfg) and cache.matches(x.clone(), cfg, shard=Shard(0, 1), device="cpu")
     for args, kwargs in wrong:
         with pytest.raises(ValueError, match="perturbed= holds the perturbations of other images"):
             robustness_sweep(*args, net, **kwargs, perturbed=cache)
+        assert not cache.matches(*args, **kwargs)
     with pytest.raises(ValueError, match="cache_perturbations"):
         robustness_metrics(x, net, **{**cfg, "m": 3}, perturbed=cache)
     with pytest.raises(TypeError, match="PerturbationCache"):
