@@ -14,7 +14,7 @@ images are [0, 1] pixels, or carry the pipeline's normalisation given as ``norma
 input contract, :mod:`src.callbacks._monitor`): they are mapped back to pixels for the perturbations and every
 perturbed or clean image is normalised again before the backbone sees it. Images outside [0, 1] (after mapping) by
 more than a resize can overshoot are refused, never clipped silently. The perturbed versions of the fixed probe set
-are made once per run (:func:`~src.divergence_radius.protocol.perturbed_probe_set`); each computation only embeds
+are made once per run (:func:`~src.divergence_radius.protocol.cache_perturbations`); each computation only embeds
 them. Work is split
 in chunks over ranks and reduced through sum-state torchmetrics, so the logged numbers do not depend on the number
 of processes. Logs ``val/divergence_radius/<perturbation>``, ``val/divergence_radius/mean``,
@@ -35,12 +35,7 @@ import torch
 from torch import Tensor
 
 from ..divergence_radius.config import DivergenceRadiusConfig
-
-try:  # TEMPORARY until the cache lands in the protocol
-    from ..divergence_radius.protocol import PerturbedProbeSet, perturbed_probe_set
-except ImportError:  # pragma: no cover
-    PerturbedProbeSet = Any
-    perturbed_probe_set = None
+from ..divergence_radius.protocol import PerturbationCache, cache_perturbations
 from ..metrics.divergence_radius import robustness_metrics
 from ..utils.distributed import Shard
 from ..utils.modes import eval_mode
@@ -163,7 +158,9 @@ class DivergenceRadiusCallback(BackboneMonitor):
         self.chunk_size = self.config.chunk_size
         self._init_images(images, num_images, image_size, seed=self.config.seed, resize=True)
         self.log_figure = log_figure
-        self.perturbed: PerturbedProbeSet | None = None  # this rank's perturbed probe set, made once per run
+        #: this rank's perturbed probe set (made at the first computation, reused: the images, sweep and shard are fixed)
+        self.perturbed: PerturbationCache | None = None
+        self._perturbed_where: tuple[Shard, str] | None = None
         self.seconds = 0.0  # wall time spent computing (the callback's share of a run)
 
     def _identity(self) -> dict[str, Any]:
@@ -174,12 +171,14 @@ class DivergenceRadiusCallback(BackboneMonitor):
                 "source": source}  # fmt: skip
 
     # ------------------------------------------------------------------ pieces
-    def _perturbed(self, trainer: Any) -> PerturbedProbeSet:
-        """This rank's perturbed probe set, made at the first computation and reused (the probe images, the sweep
-        and the shard are fixed for the run)."""
-        rank, world = rank_and_world(trainer)
-        if self.perturbed is None or self.perturbed.shard != Shard(rank, world):
-            self.perturbed = perturbed_probe_set(self.probe_images(trainer), self.config, shard=Shard(rank, world))
+    def _perturbed(self, trainer: Any, device: torch.device) -> PerturbationCache:
+        """This rank's perturbed probe set, made once per run on ``device`` (where the forwards run) and reused; made
+        anew only if the rank layout or the device changed (e.g. a resumed run on other hardware)."""
+        shard = Shard(*rank_and_world(trainer))
+        where = (shard, str(device))
+        if self.perturbed is None or self._perturbed_where != where:
+            self.perturbed = cache_perturbations(self.probe_images(trainer), self.config, shard=shard, device=device)
+            self._perturbed_where = where
         return self.perturbed
 
     def _embed_count(self, trainer: Any, n_images: int) -> int:
@@ -196,12 +195,10 @@ class DivergenceRadiusCallback(BackboneMonitor):
         images = self.probe_images(trainer)
         start = time.perf_counter()
         progress = self._progress(trainer, "DivergenceRadius", self._embed_count(trainer, images.shape[0]))
-        kw = {}
-        if perturbed_probe_set is not None:
-            first = self.perturbed is None
-            kw["perturbed"] = self._perturbed(trainer)
-            if first:
-                progress.stage(f"perturbed the probe set once for the run ({kw['perturbed'].nbytes / 2**20:.0f} MiB)")
+        first = self.perturbed is None
+        perturbed = self._perturbed(trainer, pl_module.device)
+        if first:
+            progress.stage(f"perturbed the probe set once for the run ({perturbed.nbytes / 2**20:.0f} MiB)")
         rank, world = rank_and_world(trainer)
         with eval_mode(module):
             out = robustness_metrics(
@@ -211,7 +208,7 @@ class DivergenceRadiusCallback(BackboneMonitor):
                 rank=rank,
                 world_size=world,
                 device=pl_module.device,
-                **kw,
+                perturbed=perturbed,
             )
         progress.done()
         seconds = time.perf_counter() - start

@@ -26,9 +26,11 @@ from torch import Tensor
 from ..metrics.synbench_score import synbench_distributed
 from ..synbench import SynBenchConfig
 from ..synbench.plan import check_input_shape, check_normalization_shape
+from ..synbench.runner import sampling_device
 from ..synbench.sampling import channel_layout
 from ..utils.modes import eval_mode
 from ..utils.normalization import Normalize
+from ..utils.philox import sampler_ready, warm_up_sampler
 from ._monitor import BackboneMonitor, PixelEncoder, rank_and_world, weights_fingerprint
 
 __all__ = ["SynBenchCallback", "callback_budget", "weights_fingerprint"]  # fingerprint: re-exported
@@ -74,7 +76,6 @@ class SynBenchCallback(BackboneMonitor):
         normalised that way (the monitors' input contract): the synthetic pixel images are normalised with it before
         every forward (composed with a RepBench backbone's own normalisation inside ``embed``). None: the backbone
         takes [0, 1] pixels (RepBench's backbones normalise inside).
-    denormalize: deprecated alias of ``normalize`` (a DeprecationWarning).
     """
 
     def __init__(
@@ -90,11 +91,8 @@ class SynBenchCallback(BackboneMonitor):
         at_train_start: bool = False,
         progress: bool = True,
         normalize: Normalize = None,
-        denormalize: Any = None,
     ) -> None:
-        super().__init__(
-            every_n_epochs, feature_fn, skip_unchanged, prefix, at_train_start, progress, normalize, denormalize
-        )
+        super().__init__(every_n_epochs, feature_fn, skip_unchanged, prefix, at_train_start, progress, normalize)
         if isinstance(config, SynBenchConfig):
             self.config = config
         else:
@@ -135,6 +133,11 @@ class SynBenchCallback(BackboneMonitor):
         progress = self._progress(trainer, "SynBench", total)
         channels = channel_layout(self.input_shape)[0]
         mean_std = fn.mean_std(channels) if isinstance(fn, PixelEncoder) else None  # None: detected (a Backbone)
+        device = sampling_device(cfg, pl_module.device)
+        if not sampler_ready(device):  # the Philox kernels compile at their first use in a process
+            progress.stage("compiling the sampler (once per process)")
+            warm_up_sampler(device)
+            progress.stage("sampler compiled")
         with eval_mode(module):
             out, self.result = synbench_distributed(
                 progress.counted(fn), self.input_shape, cfg, device=pl_module.device, extractor=self.extractor,

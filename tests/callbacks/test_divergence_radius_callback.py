@@ -182,3 +182,25 @@ def test_default_and_monitor_pretraining_runs_include_the_callback() -> None:
         cb = instantiate(cfg.callbacks.divergence_radius)
         assert isinstance(cb, DivergenceRadiusCallback) and cb.m == 5
         assert cb.image_size == (32 if overrides else 64)
+
+
+def test_the_probe_set_is_perturbed_once_per_run_and_the_cached_values_are_the_uncached_ones(tmp_path: Path) -> None:
+    """Cost: the fixed probe images are perturbed at the first computation only (the weights change every epoch, so
+    every computation embeds anew); the values equal the uncached sweep of the final weights bit for bit."""
+    from src.metrics.divergence_radius import robustness_metrics
+
+    cb = _cb(at_train_start=True, skip_unchanged=False, perturbations=["gaussian_noise", "glass_blur"])
+    model = TinyModule()
+    caches = []
+    original = cb._perturbed
+
+    def spy(trainer, device):
+        caches.append(original(trainer, device))
+        return caches[-1]
+
+    cb._perturbed = spy
+    _trainer(tmp_path, cb).fit(model, _loader())
+    assert cb.computations == 3 and len(caches) == 3 and all(c is caches[0] for c in caches)
+    assert caches[0].nbytes == 4 * (1 + 2 * 2) * 3 * 16 * 16 * 4  # n x (1 + P m) x 3 x H x W x 4 bytes
+    model.backbone.eval()
+    assert robustness_metrics(cb.images, model.backbone.embed, cb.config) == cb.last
