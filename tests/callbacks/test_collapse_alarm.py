@@ -49,7 +49,8 @@ def test_alarm_stays_silent_on_lr_2e3(tmp_path):
 
 
 def test_judge_conditions():
-    alarm = CollapseAlarm(task_prior_drop=0.5)
+    alarm = CollapseAlarm(synbench_floor=0.2, task_prior_drop=0.5)
+    assert CollapseAlarm().synbench_floor is None  # off by default (docs/monitoring.md: it false-alarms)
     assert alarm.judge({"val/synbench/score": 0.0}, None)[0].startswith("SynBench-Score 0.000")
     assert alarm.judge({"val/synbench/score": 0.43, "val/spectrum/rankme": 7.6}, None) == []
     # R_dr -> 0 alone is not a collapse (a robust model), only with near-1 cosine between different images
