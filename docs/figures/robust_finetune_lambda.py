@@ -47,7 +47,7 @@ def main(sweep_dir: str, out: str = os.path.join(os.path.dirname(__file__), "rob
             steps, values = zip(*sorted(series[key]))
             ax.plot(steps, values, color=color, ls="-" if seed == "0" else "--", marker="o", ms=3,
                     label=f"λ = {lam}, seed {seed}")  # fmt: skip
-    for ax, (key, title) in zip(axes, PANELS):
+    for ax, (_key, title) in zip(axes, PANELS):
         ax.set_title(title, fontsize=10)
         ax.set_xlabel("training step")  # the monitors log on Lightning's step axis, as the module's val/* metrics
         ax.grid(alpha=0.3)
