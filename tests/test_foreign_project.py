@@ -84,7 +84,7 @@ class Classifier(L.LightningModule):
         return torch.optim.Adam(self.parameters(), lr=1e-3)
 '''
 
-_RUN = '''
+_RUN = """
 import csv, json, sys, warnings
 import lightning, torch, torchmetrics  # these install warning filters of their own
 before = list(warnings.filters)
@@ -159,7 +159,7 @@ val_pixels = torch.stack([pixels.val_dataset[i][0] for i in range(len(pixels.val
 image_error = max(float((cb.images - val_pixels[: len(cb.images)]).abs().max()) for cb in (dr, tp, sp))
 print(json.dumps({"filters_unchanged": filters_unchanged, "logged": logged, "steps": steps, "ref": ref,
                   "best_eps": [logged["val/synbench/best_eps"], res.best_eps()], "image_error": image_error}))
-'''
+"""
 
 _TRAIN_MODE = """
 import json, torch
