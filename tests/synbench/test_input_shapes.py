@@ -152,14 +152,16 @@ def test_item1_backbone_mean_std_must_match_the_channels():
 
 
 def test_callback_and_metric_refuse_bad_shapes_at_construction():
-    """Refused when built, not after a whole training epoch (the callback's default normalization is imagenet)."""
+    """Refused when built, not after a whole training epoch (the callback's default normalization, "backbone", takes
+    any shape; "imagenet" needs (3, H, W))."""
     from src.callbacks import SynBenchCallback
     from src.metrics import SynBenchScore
 
     with pytest.raises(ValueError, match="input_size must be >= 1"):
         SynBenchCallback(input_size=0)
     with pytest.raises(ValueError, match="normalization"):
-        SynBenchCallback(input_size=(16,))
+        SynBenchCallback(input_size=(16,), config={"normalization": "imagenet"})
+    SynBenchCallback(input_size=(16,))  # the callback's default: what the backbone takes, any shape
     with pytest.raises(TypeError, match="input_shape"):
         SynBenchScore(input_shape=16)
     SynBenchCallback(input_size=(16,), config={"normalization": "none"})  # any shape without normalization
