@@ -166,8 +166,9 @@ def freed_memory_kept() -> Iterator[bool]:
     global _depth, _scoped
     with _scope:
         if _depth == 0:
+            choice = _choice()  # a bad REPBENCH_MALLOC is refused on every entry, whatever was applied before
             applied = bool(_state is not None and _state.applied)
-            libc = None if applied or _choice() in _OPT_OUT else _libc()
+            libc = None if applied or choice in _OPT_OUT else _libc()
             _scoped = bool(
                 libc is not None
                 and libc.mallopt(M_MMAP_MAX, 0) == 1
