@@ -207,9 +207,14 @@ class ComputeProgress:
         return time.perf_counter() - self.start
 
     def stage(self, text: str) -> None:
-        """A line naming a stage, with the elapsed time."""
+        """A line naming a finished stage, with the elapsed time."""
         if self.enabled:
             _say(self.trainer, f"{self.title}: {text} ({self._elapsed():.1f} s)")
+
+    def say(self, text: str) -> None:
+        """A line announcing what starts now (e.g. a one-off compilation)."""
+        if self.enabled:
+            _say(self.trainer, f"{self.title}: {text}")
 
     def started(self) -> None:
         """An embedding begins (the rate is measured from the first one)."""
@@ -312,6 +317,7 @@ class BackboneMonitor(L.Callback):
         self._x = 0  # completed epochs of the current computation (titles and messages)
         self._step = 0  # the loggers' x of the current values (Lightning's step, see logged_step)
         self._prepared = False
+        self._before_training = False  # computing in on_train_start (progress titles say so)
         self.last: dict[str, float] = {}
         self.history: list[tuple[int, dict[str, float]]] = []
         self.computations = 0
@@ -350,6 +356,8 @@ class BackboneMonitor(L.Callback):
         """A :class:`ComputeProgress` for one computation (titled with the epoch when there is one)."""
         epoch = getattr(trainer, "current_epoch", None)
         where = f" (epoch {epoch})" if isinstance(epoch, int) else ""
+        if self._before_training:
+            where = " (before training)"
         return ComputeProgress(trainer, f"{title}{where}", total, self.progress, self.progress_interval_s)
 
     # ------------------------------------------------------------------ the probe images (image monitors)
@@ -533,7 +541,11 @@ class BackboneMonitor(L.Callback):
             return
         self._x = trainer.current_epoch  # epochs completed before this fit (0, or those of a resumed run)
         self._step = logged_step(trainer, epoch_end=False)
-        self._refresh(trainer, pl_module)
+        self._before_training = True
+        try:
+            self._refresh(trainer, pl_module)
+        finally:
+            self._before_training = False
         self.history.append((-1, dict(self.last)))
         if trainer.global_rank == 0 and self.last:  # self.log is not allowed in on_train_start: the loggers only
             for lg in trainer.loggers:

@@ -135,7 +135,7 @@ class SynBenchCallback(BackboneMonitor):
         mean_std = fn.mean_std(channels) if isinstance(fn, PixelEncoder) else None  # None: detected (a Backbone)
         device = sampling_device(cfg, pl_module.device)
         if not sampler_ready(device):  # the Philox kernels compile at their first use in a process
-            progress.stage("compiling the sampler (once per process)")
+            progress.say("compiling the sampler (once per process) ...")
             warm_up_sampler(device)
             progress.stage("sampler compiled")
         with eval_mode(module):

@@ -284,3 +284,24 @@ def test_loggers_get_lightnings_steps_and_checkpointing_still_monitors_the_score
     assert float(best.best_model_score) == pytest.approx(max(scores), rel=1e-6)
     assert float(trainer.callback_metrics["val/synbench/score"]) == pytest.approx(scores[-1], rel=1e-6)
     assert Path(best.best_model_path).is_file() and stop.wait_count <= 2
+
+
+def test_synbench_says_when_it_compiles_the_sampler_and_titles_the_computation_before_training(
+    caplog, monkeypatch
+) -> None:
+    import src.callbacks.synbench_callback as sb
+
+    warmed = []
+    monkeypatch.setattr(sb, "sampler_ready", lambda device: bool(warmed))
+    monkeypatch.setattr(sb, "warm_up_sampler", lambda device: warmed.append(device) or 0.0)
+    cb = SynBenchCallback(input_size=16, config=SYNBENCH_BUDGET, log_figure=False, at_train_start=True)
+    with caplog.at_level(logging.INFO, logger="repbench"):
+        quiet_trainer(max_epochs=1, callbacks=[cb]).fit(_Net(), datamodule=_DM(_pixels()))
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("SynBench")]
+    assert lines[:3] == [
+        "SynBench (before training): computing (192 images to embed on this process)",
+        "SynBench (before training): compiling the sampler (once per process) ...",
+        lines[2],
+    ] and lines[2].startswith("SynBench (before training): sampler compiled (")
+    assert len(warmed) == 1 and not any("compiling" in line for line in lines[3:])  # once per process
+    assert any(line.startswith("SynBench (epoch 0): done, 192 images embedded") for line in lines)
