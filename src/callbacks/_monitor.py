@@ -560,7 +560,7 @@ class BackboneMonitor(L.Callback):
         self.history.append((trainer.current_epoch, dict(self.last)))
         # callback_metrics (checkpointing, early stopping) and the loggers, at Lightning's step for epoch-end metrics
         for name, value in self._names().items():
-            pl_module.log(name, value, on_step=False, on_epoch=True, sync_dist=False, logger=True)
+            pl_module.log(name, value, on_step=False, on_epoch=True, sync_dist=False, logger=bool(trainer.loggers))
 
     def state_dict(self) -> dict[str, Any]:
         return {"fingerprint": self._fingerprint, "last": dict(self.last), "history": list(self.history)}

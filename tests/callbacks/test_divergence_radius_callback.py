@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import warnings
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -204,3 +205,24 @@ def test_the_probe_set_is_perturbed_once_per_run_and_the_cached_values_are_the_u
     assert caches[0].nbytes == 4 * (1 + 2 * 2) * 3 * 16 * 16 * 4  # n x (1 + P m) x 3 x H x W x 4 bytes
     model.backbone.eval()
     assert robustness_metrics(cb.images, model.backbone.embed, cb.config) == cb.last
+
+
+def test_auto_takes_the_validation_loader_given_to_fit(tmp_path: Path) -> None:
+    """Without a data module, images="auto" reads the validation loader passed to fit (built at on_train_start,
+    before the first step), not the bundled photos."""
+    g = torch.Generator().manual_seed(5)
+    val = TensorDataset(torch.rand(6, 3, 16, 16, generator=g), torch.zeros(6, dtype=torch.long))
+
+    class WithValidation(TinyModule):
+        def validation_step(self, batch, _):
+            pass
+
+    cb = _cb()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        trainer = quiet_trainer(max_epochs=1, callbacks=[cb])
+        trainer.fit(WithValidation(), _loader(), DataLoader(val, batch_size=3))
+    assert torch.equal(cb.images, val.tensors[0][:4])
+    # no logger: the values go to callback_metrics only, without Lightning's "no logger configured" warning per value
+    assert not [w for w in caught if "no logger configured" in str(w.message)]
+    assert "val/divergence_radius/mean" in trainer.callback_metrics
