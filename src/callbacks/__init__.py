@@ -10,6 +10,7 @@ from .checkpointing import (
 )
 from .collapse_alarm import CollapseAlarm, CollapseAlarmWarning, mean_cross_cosine
 from .divergence_radius_callback import DivergenceRadiusCallback
+from .downstream_callback import DownstreamProbeCallback
 from .spectrum_callback import RepresentationCollapseWarning, RepresentationSpectrumCallback
 from .synbench_callback import SynBenchCallback
 from .task_prior_callback import TaskPriorCallback
@@ -18,6 +19,7 @@ __all__ = [
     "CollapseAlarm",
     "CollapseAlarmWarning",
     "DivergenceRadiusCallback",
+    "DownstreamProbeCallback",
     "ExceptionCheckpoint",
     "RepresentationCollapseWarning",
     "RepresentationSpectrumCallback",

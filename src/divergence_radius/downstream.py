@@ -20,6 +20,7 @@ from torch import Tensor, nn
 __all__ = [
     "LinearClassifier",
     "fit_linear_probe",
+    "knn_predict",
     "ZeroShotClassifier",
     "zero_shot_weights",
     "open_clip_zero_shot",
@@ -61,6 +62,43 @@ def fit_linear_probe(z: Tensor, y: Tensor, *, C: float = 1.0, max_iter: int = 20
     if W.shape[0] == 1:  # binary: sklearn keeps one row; scores (−s, s) give the same argmax
         W, b = np.concatenate([-W, W]) / 2, np.concatenate([-b, b]) / 2
     return LinearClassifier(torch.from_numpy(W), torch.from_numpy(b))
+
+
+@torch.no_grad()
+def knn_predict(
+    train_z: Tensor,
+    train_y: Tensor,
+    test_z: Tensor,
+    *,
+    k: int = 20,
+    temperature: float = 0.07,
+    num_classes: int | None = None,
+    chunk: int = 1024,
+) -> Tensor:
+    """Weighted k-nearest-neighbour labels of ``test_z`` (M, D) from ``train_z`` (N, D) with integer ``train_y`` (N,):
+    cosine similarity s to the k most similar training embeddings, each voting for its label with weight
+    exp(s / temperature), the label of the largest total (ties: the smaller label). The k-NN monitor of
+    self-supervised learning (Wu et al., "Unsupervised Feature Learning via Non-Parametric Instance Discrimination",
+    CVPR 2018, eq. 7: k = 200, T = 0.07; solo-learn's online k-NN: k = 20). Float64 similarities, ``chunk`` test rows
+    at a time (memory O(chunk·N)). ``k`` larger than N uses all N."""
+    if train_z.dim() != 2 or test_z.dim() != 2 or train_z.shape[1] != test_z.shape[1]:
+        raise ValueError(f"need (N, D) and (M, D) embeddings, got {tuple(train_z.shape)} and {tuple(test_z.shape)}")
+    if train_y.shape != (train_z.shape[0],):
+        raise ValueError(f"train_y must have shape ({train_z.shape[0]},), got {tuple(train_y.shape)}")
+    if isinstance(k, bool) or int(k) < 1 or not float(temperature) > 0:
+        raise ValueError(f"k must be >= 1 and temperature > 0, got k={k!r}, temperature={temperature!r}")
+    n_cls = int(num_classes) if num_classes is not None else int(train_y.max()) + 1
+    a = nn.functional.normalize(train_z.to(F64), dim=1)
+    y = train_y.to(a.device).long()
+    k = min(int(k), a.shape[0])
+    out = []
+    for start in range(0, test_z.shape[0], chunk):
+        b = nn.functional.normalize(test_z[start : start + chunk].to(F64).to(a.device), dim=1)
+        sim, idx = (b @ a.T).topk(k, dim=1)
+        votes = torch.zeros(b.shape[0], n_cls, dtype=F64, device=a.device)
+        votes.scatter_add_(1, y[idx], (sim / float(temperature)).exp())
+        out.append(votes.argmax(1))
+    return torch.cat(out) if out else torch.zeros(0, dtype=torch.long)
 
 
 class ZeroShotClassifier(nn.Module):
