@@ -33,6 +33,7 @@ CLI_CONFIGS = {
     "src.divergence_radius": "divergence_radius.yaml",
     "src.task_prior": "task_prior.yaml",
     "src.report": "report.yaml",
+    "src.monitor_study": "monitor_study.yaml",
 }
 PLACEHOLDER = re.compile(r"logs/(\w+)/(runs|multiruns)/<run>")
 _BLOCK = re.compile(r"```(?:bash|sh|shell)\n(.*?)```", re.S)

@@ -57,6 +57,8 @@ ALLOWED: dict[str, set[str]] = {
     "hydra_callbacks": {"utils", "task_prior"},
     # the table / Pareto front / choice of a Hydra sweep (python -m src.sweep_report): an entry point
     "sweep_report": {"utils", "callbacks"},
+    # the monitoring study (python -m src.monitor_study): pretraining runs with every monitor, an entry point
+    "monitor_study": {"utils", "callbacks", "models", "data"},
     # the audit report over every method (python -m src.report): an entry point
     "report": {
         "utils",

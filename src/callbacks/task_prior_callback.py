@@ -131,6 +131,13 @@ class TaskPriorCallback(BackboneMonitor):
         self._prior_share: Tensor | None = None  # prior features of this rank's share
 
     @property
+    def computed_prior_features(self) -> Tensor | None:
+        """The prior's features of this rank's share of the fixed images, once computed (None before): in one
+        process all of them, in image order — reusable as ``prior_features=`` of another TaskPriorCallback on the
+        same images (the monitoring study computes the prior once for all its runs)."""
+        return self._prior_share
+
+    @property
     def temperature(self) -> float:
         """T of the moments (the resolved convention's)."""
         return self.settings.temperature
