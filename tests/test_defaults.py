@@ -82,6 +82,13 @@ CASES = [
         wiring=dict(_BACKBONE),
     ),
     Case(
+        "src.models:SimCLRPretraining",
+        "model/simclr.yaml",
+        "model",
+        ["model=simclr", "backbone=timm_resnet10t_random"],
+        wiring=dict(_BACKBONE),
+    ),
+    Case(
         "src.callbacks:SynBenchCallback",
         "callbacks/synbench.yaml",
         "callbacks.synbench",

@@ -4,6 +4,7 @@
 from .base import RepBenchModule, backbone_spec, build_backbone, unpack_batch
 from .robust_finetune import PerturbationRobustFineTune
 from .robust_probe import RobustLinearProbe
+from .simclr import SimCLRPretraining
 from .supervised import SupervisedPretraining
 from .task_prior_probe import TaskPriorProbe
 
@@ -11,6 +12,7 @@ __all__ = [
     "PerturbationRobustFineTune",
     "RepBenchModule",
     "RobustLinearProbe",
+    "SimCLRPretraining",
     "SupervisedPretraining",
     "TaskPriorProbe",
     "backbone_spec",
