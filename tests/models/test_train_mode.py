@@ -26,7 +26,13 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
-from src.models import PerturbationRobustFineTune, RobustLinearProbe, SupervisedPretraining, TaskPriorProbe
+from src.models import (
+    PerturbationRobustFineTune,
+    RobustLinearProbe,
+    SimCLRPretraining,
+    SupervisedPretraining,
+    TaskPriorProbe,
+)
 from tests._lightning import quiet_trainer
 
 TINY = {"name": "timm:test_efficientnet", "pretrained": False}
@@ -176,6 +182,23 @@ def test_supervised_pretraining_trains_backbone_and_head_in_train_mode(tmp_path)
     assert warned == []  # nothing is in eval mode at the start of training: Lightning has nothing to warn about
     for m in (model, resumed):  # one training forward per step, every one in train mode (validation's don't count)
         assert all(int(bn.num_batches_tracked) == STEPS for bn in _bn(m.backbone))
+    assert _bn(model.backbone) and all(
+        not torch.equal(bn.running_mean, initial[f"{name}.running_mean"])
+        for name, bn in model.backbone.named_modules()
+        if isinstance(bn, nn.modules.batchnorm._BatchNorm)
+    ), "BatchNorm running statistics never updated"
+
+
+def test_simclr_pretraining_trains_backbone_and_projection_in_train_mode(tmp_path) -> None:
+    def make():
+        return SimCLRPretraining(TINY, scheduler=None, perturbations=["brightness"])
+
+    torch.manual_seed(0)
+    initial = _state(make().backbone)
+    (model, modes, warned), (_, resumed_modes, _) = _fit_and_resume(make, _whole("backbone"), tmp_path)
+    for run in (modes, resumed_modes):
+        _assert_modes(run, {"backbone": True})
+    assert warned == []
     assert _bn(model.backbone) and all(
         not torch.equal(bn.running_mean, initial[f"{name}.running_mean"])
         for name, bn in model.backbone.named_modules()
