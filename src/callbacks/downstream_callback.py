@@ -61,7 +61,8 @@ class DownstreamProbeCallback(BackboneMonitor):
         and scored on (``{split}_dataset``; default train -> test: the test split is held out from everything).
     max_fit_images, max_eval_images: the first N images of each split (None: all).
     k, knn_temperature: the weighted k-NN (k >= 1, temperature > 0).
-    C: inverse L2 penalty of the linear probe.
+    C: inverse L2 penalty of the linear probe (0.1: L-BFGS converges about 10x faster than at 1.0 on 512-d
+        standardised features of 1,078 digits, 0.15 vs 1.5 s; the probe is a yardstick compared across runs).
     feature_fn: ``(pl_module, x) -> (N, D)``; default ``pl_module.backbone.embed`` (or ``backbone(x)``).
     normalize: the monitors' input contract (None: the backbone takes [0, 1] pixels).
     skip_unchanged, max_batch, prefix, progress: as the other monitors.
@@ -77,7 +78,7 @@ class DownstreamProbeCallback(BackboneMonitor):
         max_eval_images: int | None = None,
         k: int = 20,
         knn_temperature: float = 0.07,
-        C: float = 1.0,
+        C: float = 0.1,
         feature_fn: Callable[[L.LightningModule, Tensor], Tensor] | None = None,
         normalize: Normalize = None,
         skip_unchanged: bool = True,

@@ -81,7 +81,7 @@ def _expected(net: _Net, dm: _Splits, shift: float = 0.0) -> dict[str, float]:
     (xf, yf), (xe, ye) = dm.train_dataset.tensors, dm.test_dataset.tensors
     extract = FeatureExtractor(net.backbone)  # the same engine (channels_last for a conv net) as the callback's
     zf, ze = extract(xf).double(), extract(xe).double()
-    head = fit_linear_probe(zf, yf)
+    head = fit_linear_probe(zf, yf, C=0.1)
     return {
         "linear_acc": float((head(ze.float()).argmax(1) == ye).double().mean()),
         "knn_acc": float((knn_predict(zf, yf, ze, k=20, temperature=0.07) == ye).double().mean()),
