@@ -9,7 +9,9 @@ Reliability contract:
 * A fit stopped by SIGTERM (a scheduler's preemption) exits with status 143, by Ctrl-C with 130, by an exception
   with that exception; each keeps ``checkpoints/on_exception.ckpt`` (after >= 1 optimizer step) and logs the
   command line argument that resumes it, ``ckpt_path=...``. Resuming is exact, also from the middle of an epoch.
-* ``main`` returns the value of ``optimized_metric`` (train.yaml) so Hydra sweepers can optimise it.
+* ``main`` returns the value of ``optimized_metric`` (train.yaml) so Hydra sweepers can optimise it; a monitor's value
+  (``val/synbench/score``) whose callback the configuration leaves off is refused before anything is built
+  (:func:`src.sweeps.objective.check_objective`).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 from omegaconf import DictConfig
 
 from . import PACKAGE
+from .sweeps.objective import check_objective
 from .sweeps.storage import register_resolvers
 from .utils.allocator import keep_freed_memory
 from .utils.checkpoint import read_checkpoint
@@ -217,6 +220,7 @@ def train(cfg: DictConfig) -> tuple[dict[str, float], dict[str, Any]]:
     ``metrics.json`` and ``summary.md`` in its folder.
     """
     check_trainer_length(cfg)
+    check_objective(cfg)  # optimized_metric has a producer (a monitor's value needs its callback)
     run_dir = _run_dir(cfg)
     lock = RunDirectoryLock(run_dir) if run_dir is not None and not _is_child_rank() else None
     if lock is not None:

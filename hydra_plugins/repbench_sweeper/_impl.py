@@ -31,6 +31,15 @@ def _pruning_names() -> tuple[str, str]:
     return TRIAL_KEY, PRUNED_ATTR
 
 
+def _check_objective(config: Any) -> None:
+    """The run's check that ``optimized_metric`` has a producer (``repbench.sweeps.check_objective``, which every job
+    repeats), on the sweep's config before the study is opened: a sweep whose objective no configured callback logs
+    fails before it records a FAIL trial in the study."""
+    from repbench.sweeps.objective import check_objective
+
+    check_objective(config)
+
+
 def remaining_trials(study: optuna.Study, n_trials: int) -> int:
     """How many trials are still to run for the study to hold ``n_trials`` finished ones (0 when it has them)."""
     return max(0, n_trials - len(study.get_trials(deepcopy=False, states=FINISHED)))
@@ -176,6 +185,7 @@ class RepBenchOptunaSweeperImpl(OptunaSweeperImpl):
 
     def sweep(self, arguments: list[str]) -> None:
         assert self.config is not None and self.launcher is not None and self.hydra_context is not None
+        _check_objective(self.config)
         distributions, fixed = self._search_space(arguments)
         directions = self._get_directions()
         self._check_limits(directions)
