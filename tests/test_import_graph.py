@@ -51,7 +51,8 @@ ALLOWED: dict[str, set[str]] = {
         "task_prior",
         "metrics",
     },
-    "sweeps": set(),
+    # Optuna pruning, SQLite storage and the objective's producer check (which monitor logs optimized_metric)
+    "sweeps": {"callbacks", "metrics"},
     "train": {"utils", "backbones", "callbacks", "models", "data", "sweeps"},
     "eval": {"utils", "attacks", "models", "data"},
     "hydra_callbacks": {"utils", "task_prior"},
