@@ -37,7 +37,7 @@ def run(cfg: DictConfig) -> str:
     log.info("monitoring study: %d runs (%s x %d learning rates x %d seeds, %d epochs) -> %s", len(plan.keys()),
              "/".join(plan.objectives), len(plan.lrs), len(plan.seeds), plan.epochs, runs_file)  # fmt: skip
     records = run_study(plan, runs_file, progress=say)
-    report = study_report(records, collapse_acc=float(cfg.collapse_acc), n_boot=int(cfg.n_boot))
+    report = study_report(records, collapse_drop=float(cfg.collapse_drop), n_boot=int(cfg.n_boot))
     report.write(out)
     log.info("monitoring study (%.0f s):\n%s\nwritten to %s", time.perf_counter() - t0, report.markdown, out)
     return report.markdown

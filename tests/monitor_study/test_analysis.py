@@ -83,12 +83,13 @@ def test_alpha_req_is_judged_by_its_distance_to_one() -> None:
 
 def test_collapse_detection_counts_hits_and_warning_epochs() -> None:
     runs = [
-        # collapses in epoch 1 (accuracy 0.1); RankMe flags epochs 0 and 1 (epoch 0 one epoch early: a false alarm
+        # collapses in epoch 1 (probe accuracy 0.6, more than collapse_drop = 0.15 below its 0.9 before training;
+        # epoch 0's 0.8 is a drop of 0.1 only); RankMe flags epochs 0 and 1 (epoch 0 one epoch early: a false alarm
         # by run-epoch, a warning of 1 epoch by run)
-        _run("sup", 1e-1, 0, [0.1, 0.5, 0.1, 0.6], val__spectrum__rankme=[5, 1.5, 1.2, 30],
+        _run("sup", 1e-1, 0, [0.9, 0.8, 0.6, 0.9], val__spectrum__rankme=[5, 1.5, 1.2, 30],
              val__divergence_radius__mean=[0.3, 0.3, 0.01, 0.3], val__collapse__cosine=[None, 0.9, 0.9999, 0.5]),
-        # healthy: never below the collapse accuracy, never flagged by RankMe
-        _run("sup", 1e-3, 0, [0.1, 0.6, 0.8, 0.9], val__spectrum__rankme=[5, 40, 60, 80],
+        # healthy: never below its accuracy before training, never flagged by RankMe
+        _run("sup", 1e-3, 0, [0.9, 0.92, 0.95, 0.97], val__spectrum__rankme=[5, 40, 60, 80],
              val__divergence_radius__mean=[0.3, 0.2, 0.3, 0.4], val__collapse__cosine=[None, 0.9, 0.9, 0.9]),
     ]  # fmt: skip
     rows = {r["rule"]: r for r in collapse_detection(runs)}
