@@ -48,11 +48,17 @@ def _sweep(tmp_path: Path, *overrides: str) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=400)
 
 
+def _study_name(name: str) -> str:
+    """The sweep's study name (hydra.sweeper.study_name; pretraining_lr's is pretraining_lr_acc since its objective
+    changed), in the database file <name>.db."""
+    return str(_compose([f"hparams_search={name}"], hydra=True).hydra.sweeper.study_name)
+
+
 def _real_study(tmp_path: Path, name: str) -> str:
     """The study a real sweep would resume (logs/train/optuna/<name>.db), holding 2 finished trials already."""
     storage = sqlite_url(str(tmp_path / "logs" / "train" / "optuna" / f"{name}.db"))
     directions = _directions(name)
-    study = optuna.create_study(study_name=name, storage=storage, directions=directions)
+    study = optuna.create_study(study_name=_study_name(name), storage=storage, directions=directions)
     for value in (0.1, 0.2):
         study.add_trial(optuna.trial.create_trial(values=[value] * len(directions), params={}, distributions={}))
     return storage
@@ -67,12 +73,12 @@ def test_every_sweep_runs_in_debug_mode(name, tmp_path) -> None:
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
     (sweep,) = (tmp_path / "logs" / "train" / "multiruns").iterdir()
     assert len([p for p in sweep.iterdir() if p.is_dir()]) == 2  # two jobs: the real study's trials were not resumed
-    study = optuna.load_study(study_name=name, storage=sqlite_url(str(sweep / f"{name}.db")))
+    study = optuna.load_study(study_name=_study_name(name), storage=sqlite_url(str(sweep / f"{name}.db")))
     trials = study.get_trials()
     assert [t.state for t in trials] == [TrialState.COMPLETE] * 2, [(t.number, t.state) for t in trials]
     n_objectives = len(_directions(name))
     assert all(len(t.values) == n_objectives and all(math.isfinite(v) for v in t.values) for t in trials), trials
-    untouched = optuna.load_study(study_name=name, storage=real).get_trials()
+    untouched = optuna.load_study(study_name=_study_name(name), storage=real).get_trials()
     assert [t.values[0] for t in untouched] == [0.1, 0.2]  # the real study: no trial added
 
 
@@ -82,14 +88,14 @@ def test_a_sweep_whose_objective_has_no_producer_stops_before_any_work(tmp_path)
     """The sweep's objective monitor taken away: the sweeper refuses the config before it opens the study."""
     proc = _sweep(
         tmp_path,
-        "hparams_search=pretraining_lr",
+        "hparams_search=robust_finetune_pareto",
         "hydra.sweeper.n_trials=2",
         "debug=fast",
-        "debug_monitors.synbench=null",
+        "debug_monitors.divergence_radius=null",
     )
     assert proc.returncode != 0
     out = proc.stdout + proc.stderr
-    assert "optimized_metric='val/synbench/score' has no producer: only SynBenchCallback logs it" in out, out[-3000:]
+    assert "'val/divergence_radius/mean' has no producer: only DivergenceRadiusCallback logs it" in out, out[-3000:]
     assert not list(tmp_path.rglob("*.db")) and not list(tmp_path.rglob("metrics.json"))  # no study, no job
 
 
@@ -103,12 +109,12 @@ def test_every_sweep_config_has_its_objectives_producer(name, debug) -> None:
     ("overrides", "message"),
     [
         (  # the experiment's monitor switched off
-            ["hparams_search=pretraining_lr", "callbacks.synbench=null"],
+            ["hparams_search=pretraining_lr", "optimized_metric=val/synbench/score", "callbacks.synbench=null"],
             r"optimized_metric='val/synbench/score' has no producer: only SynBenchCallback logs it, and none is "
             r"configured \(off: callbacks.synbench\)",
         ),
         (  # OptunaPruning's monitor too
-            ["hparams_search=pretraining_lr", "callbacks.optuna_pruning.monitor=val/spectrum/rankme"],
+            ["hparams_search=pretraining_lr", "callbacks.spectrum=null"],
             r"callbacks.optuna_pruning.monitor='val/spectrum/rankme' has no producer: only "
             r"RepresentationSpectrumCallback logs it",
         ),
