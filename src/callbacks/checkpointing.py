@@ -107,6 +107,8 @@ _PRODUCERS: dict[tuple[str, str], type] = {
     ("spectrum", "alpha_req"): AlphaReQ,
     ("task_prior", "*"): TaskPriorMoments,
     ("*", "acc"): MulticlassAccuracy,  # the models' {stage}/acc
+    ("downstream", "linear_acc"): MulticlassAccuracy,  # DownstreamProbeCallback's probes
+    ("downstream", "knn_acc"): MulticlassAccuracy,
     (
         "adv",
         "acc_*",

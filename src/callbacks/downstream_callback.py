@@ -11,7 +11,8 @@ k-NN and linear classifier callbacks), on frozen features of the data module's l
   :func:`~src.divergence_radius.downstream.knn_predict`) with the ``fit_split`` features as the memory bank.
 
 Logs ``val/downstream/linear_acc`` and ``val/downstream/knn_acc`` (``val/downstream`` = ``prefix``). The images are
-the splits' first items (deterministic, the same on every rank), read once before training; they follow the
+the splits' first items (deterministic, the same on every rank) of the trainer's data module or of ``data=`` (a
+labelled set of the probes' own, when the training data has none), read once before training; they follow the
 monitors' input contract (``normalize=``, :mod:`src.callbacks._monitor`). DDP: each rank embeds its round-robin
 share, the features are summed into one table on every rank (an exact gather) and every rank fits the same probes.
 """
@@ -54,6 +55,11 @@ def _labelled(dataset: Any, n: int | None, split: str) -> tuple[Tensor, Tensor]:
     return torch.stack(xs).float(), torch.tensor(ys, dtype=torch.long)
 
 
+def _has_splits(data: Any) -> bool:
+    """Whether ``data`` already holds its labelled splits (``train_dataset`` and ``test_dataset`` not None)."""
+    return all(getattr(data, f"{split}_dataset", None) is not None for split in ("train", "test"))
+
+
 class DownstreamProbeCallback(BackboneMonitor):
     """Args:
     every_n_epochs, at_train_start: when to compute (every N-th epoch and after the last; optionally before training).
@@ -66,6 +72,10 @@ class DownstreamProbeCallback(BackboneMonitor):
     feature_fn: ``(pl_module, x) -> (N, D)``; default ``pl_module.backbone.embed`` (or ``backbone(x)``).
     normalize: the monitors' input contract (None: the backbone takes [0, 1] pixels).
     skip_unchanged, max_batch, prefix, progress: as the other monitors.
+    data: a labelled data module of the probes' own (e.g. ``repbench.data.DigitsDataModule``), for a run whose
+        training data has no labels (fine-tuning on photo crops, self-supervised pretraining on unlabelled images);
+        its ``prepare_data()`` and ``setup("fit")``/``setup("test")`` run once, before training, on every rank.
+        None (default): the trainer's data module. Its images follow ``normalize`` like the training data's.
     """
 
     def __init__(
@@ -85,8 +95,14 @@ class DownstreamProbeCallback(BackboneMonitor):
         max_batch: int = 256,
         prefix: str = "val/downstream",
         progress: bool = True,
+        data: Any = None,
     ) -> None:
         super().__init__(every_n_epochs, feature_fn, skip_unchanged, prefix, at_train_start, progress, normalize)
+        if data is not None and not (callable(getattr(data, "setup", None)) or _has_splits(data)):
+            raise TypeError(
+                f"{_NAME}: data must be a LightningDataModule (or an object with train_dataset/val_dataset/"
+                f"test_dataset), got {type(data).__name__}; None probes the trainer's own data module"
+            )
         for name, split in (("fit_split", fit_split), ("eval_split", eval_split)):
             if split not in SPLITS:
                 raise ValueError(f"{_NAME}: {name} must be one of {SPLITS}, got {split!r}")
@@ -105,10 +121,12 @@ class DownstreamProbeCallback(BackboneMonitor):
         self.max_fit_images, self.max_eval_images = max_fit_images, max_eval_images
         self.k, self.knn_temperature, self.C = int(k), float(knn_temperature), float(C)
         self.max_batch = max_batch
+        self.datamodule = data  # the labelled probe set of its own (None: the trainer's data module)
         self.data: dict[str, tuple[Tensor, Tensor]] = {}  # split -> (pixel images, labels), read before training
 
     def _identity(self) -> dict[str, Any]:
-        return {"fit": self.fit_split, "eval": self.eval_split, "k": self.k, "max_fit": self.max_fit_images}
+        own = {} if self.datamodule is None else {"data": type(self.datamodule).__name__}
+        return {"fit": self.fit_split, "eval": self.eval_split, "k": self.k, "max_fit": self.max_fit_images, **own}
 
     def _check_images(self) -> Tensor | None:
         """The first two fit images, for the encoder check before training."""
@@ -119,14 +137,21 @@ class DownstreamProbeCallback(BackboneMonitor):
         """Read both splits once (before training): images mapped to [0, 1] pixels (``normalize``) and checked."""
         if self.data:
             return
-        dm = getattr(trainer, "datamodule", None)
+        dm = self.datamodule if self.datamodule is not None else getattr(trainer, "datamodule", None)
+        if self.datamodule is not None and not _has_splits(dm):
+            if callable(getattr(dm, "prepare_data", None)):
+                dm.prepare_data()  # every rank: RepBench's data modules read local files only
+            for stage in ("fit", "test"):
+                dm.setup(stage)
+        whose = "the probe data module (data=)" if self.datamodule is not None else "the data module"
         for split, limit in ((self.fit_split, self.max_fit_images), (self.eval_split, self.max_eval_images)):
             dataset = getattr(dm, f"{split}_dataset", None)
             if dataset is None:
                 raise ValueError(
-                    f"{_NAME}: the data module has no {split}_dataset (labelled images to "
+                    f"{_NAME}: {whose} has no {split}_dataset (labelled images to "
                     f"{'fit' if split == self.fit_split else 'score'} the probes on); attach a data module with "
-                    f"train/val/test splits or choose fit_split= / eval_split="
+                    f"train/val/test splits (data=, e.g. repbench.data.DigitsDataModule, when the training data has "
+                    f"no labels) or choose fit_split= / eval_split="
                 )
             x, y = _labelled(dataset, limit, split)
             to_pixels = None if self.normalize is None else self.normalize.to_pixels

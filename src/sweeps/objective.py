@@ -2,8 +2,9 @@
 
 A run returns the value of ``optimized_metric`` (src.train, for Hydra sweepers) and a sweep's
 :class:`~src.sweeps.OptunaPruning` reports its ``monitor`` after every epoch: both read a value that something logged.
-The monitors' values (SynBench-Score, R_dr and cosine robustness, RankMe, α-ReQ) are logged by their callbacks only,
-under the callback's ``prefix`` (``val/synbench`` -> ``val/synbench/score``; ``val`` -> ``val/divergence_radius/mean``).
+The monitors' values (SynBench-Score, R_dr and cosine robustness, RankMe, α-ReQ, the downstream probes' accuracies)
+are logged by their callbacks only, under the callback's ``prefix`` (``val/synbench`` -> ``val/synbench/score``;
+``val`` -> ``val/divergence_radius/mean``; ``val/downstream`` -> ``val/downstream/linear_acc``).
 A configuration that names one of them but leaves its callback off (an experiment's ``callbacks.synbench: null``,
 ``debug=fast``, a command line) would train and then fail: :func:`check_objective` says so before anything is built.
 
@@ -38,8 +39,17 @@ def objective_names(cfg: Mapping[str, Any]) -> dict[str, str]:
 
 def _monitor_of(name: str) -> type | None:
     """The callback class that logs ``name`` when only a monitor logs it (by its metric, ``metric_producer``), else None."""
-    from ..callbacks import DivergenceRadiusCallback, RepresentationSpectrumCallback, SynBenchCallback, metric_producer
+    from ..callbacks import (
+        DivergenceRadiusCallback,
+        DownstreamProbeCallback,
+        RepresentationSpectrumCallback,
+        SynBenchCallback,
+        metric_producer,
+    )
     from ..metrics import AlphaReQ, CosineRobustness, DivergenceRadius, RankMe, SynBenchScore
+
+    if name.split("/")[-2:-1] == ["downstream"] and metric_producer(name) is not None:
+        return DownstreamProbeCallback  # its accuracies (the metric class, accuracy, is also the modules')
 
     # TaskPriorMoments is not here: the task-prior probe module logs val/task_prior/* itself
     monitors = {

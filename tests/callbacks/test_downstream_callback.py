@@ -125,6 +125,36 @@ def test_bad_arguments_and_missing_splits_are_refused_early() -> None:
     assert net.trainer.global_step == 0
 
 
+class _LazySplits(_Splits):
+    """A labelled data module that builds its splits in setup() (as RepBench's and most users' do)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.train_dataset, self.test_dataset = None, None
+        self.stages: list[str] = []
+
+    def setup(self, stage: str) -> None:
+        self.stages.append(stage)
+        fresh = _Splits()
+        self.train_dataset, self.test_dataset = fresh.train_dataset, fresh.test_dataset
+
+
+def test_a_probe_data_module_of_its_own_serves_unlabelled_training() -> None:
+    """data=: the probes read a labelled module of their own (set up once, before training) while the run trains on
+    unlabelled images; the values equal the direct computation on that module's splits."""
+    net, probe_set = _Net(), _LazySplits()
+    cb = DownstreamProbeCallback(progress=False, data=probe_set)
+    trainer = quiet_trainer(max_epochs=1, callbacks=[cb])
+    trainer.fit(net, DataLoader(TensorDataset(torch.rand(8, 3, 8, 8)), batch_size=4))  # no labels, no data module
+    assert probe_set.stages == ["fit", "test"]
+    assert cb.last == _expected(net, _Splits())
+    assert "DownstreamProbeCallback" in cb.state_key and "'data': '_LazySplits'" in cb.state_key
+    with pytest.raises(TypeError, match="data must be a LightningDataModule"):
+        DownstreamProbeCallback(data=[1, 2])
+    with pytest.raises(ValueError, match=r"the probe data module \(data=\) has no val_dataset"):
+        DownstreamProbeCallback(progress=False, data=_Splits(), fit_split="val").compute(SimpleNamespace(), net)
+
+
 def _compute_on_rank(rank: int, world_size: int) -> dict[str, float]:
     cb = DownstreamProbeCallback(progress=False)
     return cb.compute(SimpleNamespace(datamodule=_Splits(), global_rank=rank, world_size=world_size), _Net())

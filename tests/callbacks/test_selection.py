@@ -61,6 +61,7 @@ def test_directions_come_from_the_metrics():
     assert metric_direction("val/synbench/score") == "max"  # SynBenchScore.higher_is_better = True
     assert metric_direction("val/divergence_radius/mean") == "min"  # DivergenceRadius: larger = less robust
     assert metric_direction("probe/spectrum/rankme") == "max"  # any prefix
+    assert metric_direction("val/downstream/linear_acc") == metric_direction("val/downstream/knn_acc") == "max"
     assert metric_direction("val/loss", {"val/loss": "min"}) == "min"
     # robust accuracies as the probes log them (src.attacks.naming): a sweep report on the probe sweep needs them
     assert metric_direction("val/adv/acc_pgd5_l2_0p05") == "max"

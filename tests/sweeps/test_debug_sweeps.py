@@ -123,6 +123,10 @@ def test_every_sweep_config_has_its_objectives_producer(name, debug) -> None:
             r"only DivergenceRadiusCallback logs it, and the configured one does not log it "
             r"\(callbacks.divergence_radius logs under 'val_jpeg': set its prefix\)",
         ),
+        (  # the downstream probe (the Pareto sweep's utility axis) switched off
+            ["hparams_search=robust_finetune_pareto", "callbacks.downstream=null"],
+            r"optimized_metric='val/downstream/linear_acc' has no producer: only DownstreamProbeCallback logs it",
+        ),
         (  # debug=fast in a run that names a monitor's value but is not a sweep with debug_monitors
             ["experiment=monitor_pretraining", "debug=fast", "optimized_metric=val/synbench/score"],
             r"Under debug=fast a sweep config names its objective's monitor under debug_monitors",
@@ -141,6 +145,7 @@ def test_an_objective_without_its_monitor_is_refused(overrides, message) -> None
         ["experiment=task_prior"],  # val/task_prior/acc_mean: the task-prior probe module logs it
         ["experiment=monitor_pretraining", "optimized_metric=val/spectrum/rankme", "callbacks=[default,spectrum]"],
         ["experiment=robust_finetune", "debug=fast"],  # val/utility: the module's, monitors off
+        ["experiment=monitor_pretraining", "optimized_metric=val/downstream/knn_acc", "callbacks=[default,downstream]"],
         ["optimized_metric=null"],
     ],
 )
