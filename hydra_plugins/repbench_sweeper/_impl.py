@@ -6,18 +6,29 @@ import functools
 import logging
 import math
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import optuna
+from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.utils import JobReturn
-from hydra_plugins.hydra_optuna_sweeper._impl import OptunaSweeperImpl, create_params_from_overrides
+from hydra_plugins.hydra_optuna_sweeper._impl import OptunaSweeperImpl, create_optuna_distribution_from_override
 from omegaconf import OmegaConf
 from optuna.distributions import BaseDistribution
 from optuna.trial import Trial, TrialState
 
 log = logging.getLogger(__name__)
 
-__all__ = ["FINISHED", "RepBenchOptunaSweeperImpl", "objective_values", "remaining_trials"]
+__all__ = [
+    "FINISHED",
+    "RepBenchOptunaSweeperImpl",
+    "check_n_trials",
+    "objective_values",
+    "open_study",
+    "remaining_trials",
+    "search_space",
+    "storage_error",
+]
 
 VIOLATION_ATTR = "limit_violations"  # user attribute of a COMPLETE trial: per objective, how far beyond its limit
 
@@ -38,6 +49,83 @@ def _check_objective(config: Any) -> None:
     from repbench.sweeps.objective import check_objective
 
     check_objective(config)
+
+
+def check_n_trials(n_trials: Any) -> int:
+    """``hydra.sweeper.n_trials`` as a positive int; a ValueError naming the key otherwise (checked before the study is
+    opened: 0 or a negative count would open the study, run nothing and report no best trial)."""
+    if isinstance(n_trials, bool) or not isinstance(n_trials, int) or n_trials < 1:
+        raise ValueError(
+            f"hydra.sweeper.n_trials must be >= 1, got {n_trials!r}: it is the study's total of finished trials "
+            "(a restart runs only the missing ones), e.g. hydra.sweeper.n_trials=20"
+        )
+    return n_trials
+
+
+def _sqlite_file(storage: Any) -> str | None:
+    """The database file of a ``sqlite:///...`` storage URL, None for any other storage."""
+    if not isinstance(storage, str) or not storage.startswith("sqlite:"):
+        return None
+    from sqlalchemy.engine import make_url
+
+    return make_url(storage).database
+
+
+def storage_error(storage: Any, error: Exception) -> RuntimeError:
+    """A RuntimeError naming ``hydra.sweeper.storage`` (its file for SQLite) and the fix for a database error raised
+    while the study is opened: another process holds the lock ("database is locked"), or the file is corrupt."""
+    file = _sqlite_file(storage)
+    where = f"hydra.sweeper.storage={storage}" + (f" (file {file})" if file else "")
+    cause = str(getattr(error, "orig", None) or error).strip()
+    if "locked" in cause:
+        fix = (
+            "another worker or process holds it (a running sweep, an open sqlite3 shell): wait for it or stop it. "
+            "SQLite is unsuitable for many concurrent writers: for several workers give a server URL, e.g. "
+            "hydra.sweeper.storage=postgresql://user@host/db"
+        )
+    elif file:
+        fix = (
+            f"the file is corrupt or not an SQLite database. It holds every trial record of the study: move it away "
+            f"(e.g. mv {file} {file}.broken) to keep it for recovery, then rerun to start a fresh study, or point "
+            "hydra.sweeper.storage to another file"
+        )
+    else:
+        fix = "check that the database server is reachable and the URL is right"
+    return RuntimeError(f"cannot open the Optuna study in {where}: {cause}; {fix}")
+
+
+def open_study(study_name: str | None, storage: Any, sampler: Any, directions: Sequence[Any]) -> optuna.Study:
+    """``optuna.create_study(load_if_exists=True)``; a database error (corrupt or locked SQLite file, unreachable
+    server) becomes :func:`storage_error`'s message naming the storage and the fix."""
+    from sqlalchemy.exc import DatabaseError
+
+    try:
+        return optuna.create_study(
+            study_name=study_name, storage=storage, sampler=sampler, directions=directions, load_if_exists=True
+        )
+    except DatabaseError as e:
+        raise storage_error(storage, e) from e
+
+
+def search_space(arguments: Sequence[str]) -> tuple[dict[str, BaseDistribution], dict[str, Any]]:
+    """(distributions, fixed parameters) of ``key=value`` overrides, as Hydra's ``create_params_from_overrides``; a
+    ValueError naming the parameter when Optuna refuses its distribution (e.g. ``model.lr=interval(1, 0)``)."""
+    distributions: dict[str, BaseDistribution] = {}
+    fixed: dict[str, Any] = {}
+    for override in OverridesParser.create().parse_overrides(list(arguments)):
+        name = override.get_key_element()
+        try:
+            value = create_optuna_distribution_from_override(override)
+        except ValueError as e:
+            raise ValueError(
+                f"search space parameter {name!r} ({override.input_line}, from hydra.sweeper.params or the command "
+                f"line): {e}"
+            ) from e
+        if isinstance(value, BaseDistribution):
+            distributions[name] = value
+        else:
+            fixed[name] = value
+    return distributions, fixed
 
 
 def remaining_trials(study: optuna.Study, n_trials: int) -> int:
@@ -141,7 +229,7 @@ class RepBenchOptunaSweeperImpl(OptunaSweeperImpl):
         """(distributions, fixed parameters) from hydra.sweeper.params and the command line, as the stock sweeper
         builds them; a GridSampler gets its grid and caps n_trials at the grid's size."""
         self._process_searchspace_config()
-        distributions, fixed = create_params_from_overrides(self._parse_sweeper_params_config() + list(arguments))
+        distributions, fixed = search_space(self._parse_sweeper_params_config() + list(arguments))
         distributions = {**(self.search_space_distributions or {}), **distributions}
         if isinstance(self.sampler, functools.partial) and self.sampler.func == optuna.samplers.GridSampler:
             grid = {name: self._to_grid_sampler_choices(d) for name, d in distributions.items()}
@@ -185,17 +273,12 @@ class RepBenchOptunaSweeperImpl(OptunaSweeperImpl):
 
     def sweep(self, arguments: list[str]) -> None:
         assert self.config is not None and self.launcher is not None and self.hydra_context is not None
+        check_n_trials(self.n_trials)
         _check_objective(self.config)
         distributions, fixed = self._search_space(arguments)
         directions = self._get_directions()
         self._check_limits(directions)
-        study = optuna.create_study(
-            study_name=self.study_name,
-            storage=self.storage,
-            sampler=self.sampler,
-            directions=directions,
-            load_if_exists=True,
-        )
+        study = open_study(self.study_name, self.storage, self.sampler, directions)
         to_go = remaining_trials(study, self.n_trials)
         log.info(
             f"Study {study.study_name!r} in {self.storage}: {self.n_trials - to_go} of n_trials={self.n_trials} "
@@ -218,9 +301,16 @@ class RepBenchOptunaSweeperImpl(OptunaSweeperImpl):
                     ret.return_value  # noqa: B018  (raises the first job's own exception, with its traceback)
                 raise failures[0]
             to_go = remaining_trials(study, self.n_trials)  # other workers on the same study count too
-        OmegaConf.save(
-            OmegaConf.create(self._results(study)), f"{self.config.hydra.sweep.dir}/optimization_results.yaml"
-        )
+        self._save_results(study)
+
+    def _save_results(self, study: optuna.Study) -> None:
+        """``<hydra.sweep.dir>/optimization_results.yaml``, creating the folder: a restart of a finished study
+        launches no job, and only a launched job creates the sweep folder."""
+        sweep_dir = Path(str(self.config.hydra.sweep.dir))
+        results = self._results(study)
+        sweep_dir.mkdir(parents=True, exist_ok=True)
+        OmegaConf.save(OmegaConf.create(results), sweep_dir / "optimization_results.yaml")
+        log.info(f"Wrote {sweep_dir / 'optimization_results.yaml'}")
 
     def _results(self, study: optuna.Study) -> dict[str, Any]:
         """optimization_results.yaml: the best trial (one objective) or the Pareto front, over the COMPLETE trials of

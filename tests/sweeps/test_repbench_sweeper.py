@@ -247,3 +247,79 @@ def test_no_trial_within_the_limits_is_an_error(tmp_path) -> None:
     storage = sqlite_url(str(tmp_path / "s.db"))
     with pytest.raises(ValueError, match=r"no COMPLETE trial within the limits \[0.99, None\].*'beyond_limits': 4"):
         _pareto_sweeper(storage, tmp_path, [0.99, None]).sweep(["lam=choice(0.0,1.0,3.0,10.0)"])
+
+
+def test_rerun_of_a_finished_study_writes_the_results_into_a_new_sweep_dir(tmp_path, monkeypatch) -> None:
+    """S03: the documented resume of a finished study launches no job, so nothing creates the sweep folder; the
+    results are still written there."""
+    storage = sqlite_url(str(tmp_path / "s.db"))
+    _sweeper(RepBenchOptunaSweeperImpl, storage, 2, PruningLauncher(storage, monkeypatch), tmp_path / "a").sweep(
+        ["x=interval(0,0.5)"]
+    )
+    again = PruningLauncher(storage, monkeypatch)
+    sw = _sweeper(RepBenchOptunaSweeperImpl, storage, 2, again, tmp_path / "a")
+    sw.config.hydra.sweep.dir = str(tmp_path / "b" / "c")  # not created by _sweeper
+    sw.sweep(["x=interval(0,0.5)"])
+    assert again.launched == []
+    results = OmegaConf.load(tmp_path / "b" / "c" / "optimization_results.yaml")
+    assert results.trials == {"complete": 2, "pruned": 0, "fail": 0}
+
+
+@pytest.mark.parametrize("n_trials", [0, -3])
+def test_n_trials_below_one_is_refused_before_the_study_is_opened(tmp_path, monkeypatch, n_trials) -> None:
+    """S01/S04: the key is named (not a pruner that this sweep does not have), and no study file is created."""
+    storage = sqlite_url(str(tmp_path / "s.db"))
+    sw = _sweeper(RepBenchOptunaSweeperImpl, storage, n_trials, PruningLauncher(storage, monkeypatch), tmp_path)
+    with pytest.raises(ValueError, match=rf"hydra.sweeper.n_trials must be >= 1, got {n_trials}"):
+        sw.sweep(["x=interval(0,1)"])
+    assert not (tmp_path / "s.db").exists()
+
+
+def _finished_study(tmp_path: Path, monkeypatch) -> str:
+    """The storage URL of a study with 2 COMPLETE trials (x <= COLLAPSE_AT: none collapses)."""
+    storage = sqlite_url(str(tmp_path / "s.db"))
+    _sweeper(RepBenchOptunaSweeperImpl, storage, 2, PruningLauncher(storage, monkeypatch), tmp_path).sweep(
+        ["x=interval(0,0.5)"]
+    )
+    return storage
+
+
+@pytest.mark.parametrize("damage", ["random bytes", "truncated"])
+def test_a_corrupt_study_file_is_named_with_the_fix(tmp_path, monkeypatch, damage) -> None:
+    """S05/S06: a study file replaced by random bytes, or truncated to 4 KiB (SQLite's page size here)."""
+    import numpy as np
+
+    storage = _finished_study(tmp_path, monkeypatch)
+    file = tmp_path / "s.db"
+    if damage == "random bytes":
+        file.write_bytes(np.random.default_rng(0).bytes(20000))
+    else:
+        file.write_bytes(file.read_bytes()[:4096])
+    sw = _sweeper(RepBenchOptunaSweeperImpl, storage, 3, PruningLauncher(storage, monkeypatch), tmp_path)
+    with pytest.raises(RuntimeError, match=r"hydra.sweeper.storage=sqlite:///.*s\.db \(file .*s\.db\).*move it away"):
+        sw.sweep(["x=interval(0,1)"])
+
+
+def test_a_locked_study_file_names_the_other_worker_and_server_urls(tmp_path, monkeypatch) -> None:
+    """S07: another connection holds an exclusive lock on the study file."""
+    import sqlite3
+
+    storage = _finished_study(tmp_path, monkeypatch)
+    holder = sqlite3.connect(tmp_path / "s.db", isolation_level=None)
+    holder.execute("BEGIN EXCLUSIVE")
+    try:
+        locked = f"{storage}?timeout=0.1"  # SQLite's busy wait (default 5 s) cut to 0.1 s: the lock is never released
+        sw = _sweeper(RepBenchOptunaSweeperImpl, locked, 3, PruningLauncher(locked, monkeypatch), tmp_path)
+        with pytest.raises(RuntimeError, match=r"\(file .*s\.db\): database is locked; another worker.*server URL"):
+            sw.sweep(["x=interval(0,1)"])
+    finally:
+        holder.close()
+
+
+def test_an_inverted_interval_names_the_parameter(tmp_path, monkeypatch) -> None:
+    """S08b: Optuna's low > high message, with the parameter named; refused before the study is opened."""
+    storage = sqlite_url(str(tmp_path / "s.db"))
+    sw = _sweeper(RepBenchOptunaSweeperImpl, storage, 2, PruningLauncher(storage, monkeypatch), tmp_path)
+    with pytest.raises(ValueError, match=r"parameter 'model.lr' \(model.lr=interval\(1, 0\).*low=1.0, high=0.0"):
+        sw.sweep(["x=interval(0,1)", "model.lr=interval(1, 0)"])
+    assert not (tmp_path / "s.db").exists()
