@@ -35,10 +35,29 @@ def _overrides(job: Path) -> list[str]:
         return []
     import yaml
 
-    items = yaml.safe_load(path.read_text()) or []
+    try:
+        items = yaml.safe_load(path.read_text()) or []
+    except (yaml.YAMLError, UnicodeDecodeError) as e:
+        raise ValueError(
+            f"{path} is not valid YAML ({e}); it is Hydra's record of the job's overrides: restore it or move the job "
+            f"folder {job} out of the multirun folder"
+        ) from e
     if not isinstance(items, list):
         raise ValueError(f"{path}: expected a YAML list of key=value overrides, got {type(items).__name__}")
     return [str(i) for i in items]
+
+
+def _read_metrics(job: Path) -> Any:
+    """The parsed ``<job>/metrics.json``; a ValueError naming the file and the fix when it is not JSON (truncated,
+    corrupt)."""
+    path = job / "metrics.json"
+    try:
+        return json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ValueError(
+            f"{path} is not valid JSON ({e}): a truncated or corrupt file; rerun the job (python -m src.train writes "
+            f"it at the end) or move the job folder {job} out of the multirun folder"
+        ) from e
 
 
 def load_trials(multirun_dir: str | Path) -> list[dict[str, Any]]:
@@ -49,7 +68,7 @@ def load_trials(multirun_dir: str | Path) -> list[dict[str, Any]]:
         raise FileNotFoundError(f"multirun folder {root} does not exist; give logs/<task>/multiruns/<time>_<id>")
     rows = []
     for job in sorted(p for p in root.iterdir() if (p / "metrics.json").is_file()):
-        payload = json.loads((job / "metrics.json").read_text())
+        payload = _read_metrics(job)
         metrics = payload.get("metrics") if isinstance(payload, Mapping) else None
         if not isinstance(metrics, Mapping):
             raise ValueError(f"{job / 'metrics.json'}: no 'metrics' mapping (write it with python -m src.train)")
@@ -99,6 +118,48 @@ def choose(
     return knee, "knee: the front point nearest the ideal corner, both metrics scaled to [0, 1] over the front"
 
 
+_BOOKKEEPING = {"job", "overrides", "pruned_epoch"}  # the keys of a load_trials row that are not metrics
+
+
+def _check_logged(trials: Sequence[Mapping[str, Any]], names: Sequence[str]) -> None:
+    """A KeyError naming the fix when a metric of ``names`` is missing from every job (a typo: the logged names are
+    listed) or from some jobs (they are named)."""
+    for name in names:
+        if all(name not in t for t in trials):
+            logged = sorted({k for t in trials for k in t} - _BOOKKEEPING)
+            raise KeyError(
+                f"metric {name!r} is missing from every job's metrics.json; the jobs logged {logged} (--x / --y)"
+            )
+    missing = [t["job"] for t in trials if any(n not in t for n in names)]
+    if missing:
+        raise KeyError(
+            f"jobs {missing} did not log {names[0]!r} and {names[1]!r}; pick metrics every job's metrics.json holds"
+        )
+
+
+def _mode(name: str, directions: Mapping[str, str] | None) -> str:
+    """:func:`metric_direction`, whose message for an unknown direction also names the CLI's fix
+    (``--direction name=min|max``)."""
+    try:
+        return metric_direction(name, directions)
+    except ValueError as e:
+        if name in (directions or {}):
+            raise  # a given direction that is invalid or contradicts the metric's own: its message names the fix
+        raise ValueError(f"{e}; on the command line: --direction {name}=min|max") from e
+
+
+def _value(trial: Mapping[str, Any], name: str) -> float:
+    """The job's value of metric ``name`` as a float (NaN allowed: off the front); a ValueError naming the job and
+    the metric when it is null or not a number."""
+    value = trial[name]
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(
+            f"job {trial['job']!r} logged {name!r} = {json.dumps(value)} in its metrics.json, not a number; rerun "
+            "the job or move its folder out of the multirun folder"
+        )
+    return float(value)
+
+
 def sweep_report(
     multirun_dir: str | Path,
     x: str,
@@ -112,15 +173,13 @@ def sweep_report(
     ``limits``: the worst acceptable value of ``x`` and/or ``y`` ({name: value}); trials beyond a limit, and trials
     OptunaPruning stopped (``pruned_epoch`` in metrics.json), are listed but neither on the front nor chosen."""
     trials = load_trials(multirun_dir)
-    modes = (metric_direction(x, directions), metric_direction(y, directions))
+    _check_logged(trials, (x, y))
+    modes = (_mode(x, directions), _mode(y, directions))
     limits = dict(limits or {})
     unknown = sorted(set(limits) - {x, y})
     if unknown:
         raise KeyError(f"limits name {unknown}, which are not the report's metrics {x!r} and {y!r}")
-    missing = [t["job"] for t in trials if x not in t or y not in t]
-    if missing:
-        raise KeyError(f"jobs {missing} did not log {x!r} and {y!r}; pick metrics every job's metrics.json holds")
-    points = [(float(t[x]), float(t[y])) for t in trials]
+    points = [(_value(t, x), _value(t, y)) for t in trials]
     nan = (float("nan"), float("nan"))
     finished = [p if t.get("pruned_epoch") is None else nan for t, p in zip(trials, points)]
     front = pareto_front(finished, modes, (limits.get(x), limits.get(y)))

@@ -87,3 +87,53 @@ def test_limit_and_pruned_trials_leave_the_front(tmp_path):
         sweep_report(root, "val/utility", "val/divergence_radius/mean", {"val/utility": "max"}, limits={"val/acc": 1})
     with pytest.raises(SystemExit):
         run([str(root), "--limit", "val/utility=high"])
+
+
+def test_a_truncated_metrics_json_is_named(tmp_path):
+    """SR04: the file is named, with the fix."""
+    root = _multirun(tmp_path)
+    path = root / "1_lam-1" / "metrics.json"
+    path.write_text(path.read_text()[:30])
+    with pytest.raises(ValueError, match=r"1_lam-1/metrics.json is not valid JSON .*rerun the job"):
+        sweep_report(root, "val/utility", "val/divergence_radius/mean", {"val/utility": "max"})
+
+
+def test_a_null_metric_names_the_job_and_the_metric(tmp_path):
+    """SR05: metrics.json with ``"val/utility": null``."""
+    root = _multirun(tmp_path)
+    path = root / "2_lam-10" / "metrics.json"
+    payload = json.loads(path.read_text())
+    payload["metrics"]["val/utility"] = None
+    path.write_text(json.dumps(payload))
+    with pytest.raises(ValueError, match=r"job '2_lam-10' logged 'val/utility' = null in its metrics.json"):
+        sweep_report(root, "val/utility", "val/divergence_radius/mean", {"val/utility": "max"})
+
+
+def test_a_metric_no_job_logged_is_named_before_its_direction(tmp_path):
+    """SR09: a typo in --x: missing from every job (with the logged names), not an unknown direction."""
+    root = _multirun(tmp_path)
+    with pytest.raises(KeyError, match=r"'val/nope' is missing from every job.*\['val/divergence_radius/mean', "):
+        run([str(root), "--x", "val/nope"])
+    (root / "3_lam-3" / "metrics.json").write_text(json.dumps({"metrics": {"val/utility": 0.85}}))
+    with pytest.raises(KeyError, match=r"jobs \['3_lam-3'\] did not log"):  # missing from some jobs: they are named
+        run([str(root), "--x", "val/utility", "--direction", "val/utility=max"])
+
+
+def test_an_unknown_direction_names_the_cli_fix(tmp_path):
+    """SR08: --y val/loss (no metric direction) without --direction: the CLI's option is named."""
+    root = _multirun(tmp_path)
+    for job in TRIALS:
+        path = root / job / "metrics.json"
+        payload = json.loads(path.read_text())
+        payload["metrics"]["val/loss"] = 0.1
+        path.write_text(json.dumps(payload))
+    with pytest.raises(ValueError, match=r"direction of 'val/loss' is unknown.*--direction val/loss=min\|max"):
+        run([str(root), "--x", "val/divergence_radius/mean", "--y", "val/loss"])
+
+
+def test_an_invalid_overrides_yaml_is_named(tmp_path):
+    """SR14: a job's .hydra/overrides.yaml that is not YAML."""
+    root = _multirun(tmp_path)
+    (root / "0_lam-0" / ".hydra" / "overrides.yaml").write_text("[model.lam=0,\n- seed: [\n")
+    with pytest.raises(ValueError, match=r"0_lam-0/.hydra/overrides.yaml is not valid YAML"):
+        sweep_report(root, "val/utility", "val/divergence_radius/mean", {"val/utility": "max"})
