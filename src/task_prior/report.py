@@ -407,7 +407,7 @@ def read_row(path: str | Path) -> dict[str, Any]:
     fix = "re-run that job or delete the file to leave it out of the table"
     try:
         row = json.loads(path.read_text())
-    except json.JSONDecodeError as err:
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:  # random bytes fail UTF-8 decoding before the parse
         raise ValueError(f"{path} is not valid JSON (truncated or corrupt? {err}); {fix}") from err
     if not isinstance(row, dict):
         raise ValueError(

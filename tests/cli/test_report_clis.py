@@ -188,6 +188,18 @@ def test_ta03_ta04_ta05_broken_row_files_are_named(tmp_path, no_backbone, case, 
     assert not (root / "task_prior.md").exists()
 
 
+def test_ta06_a_row_file_of_random_bytes_is_named(tmp_path, no_backbone) -> None:
+    """Bytes that are not UTF-8 fail before the JSON parse (UnicodeDecodeError): named like TA03."""
+    root = _multirun(tmp_path, "")
+    bad = root / "1" / "task_prior_row.json"
+    bad.write_bytes(b"\x8f\xae\xff" + bytes(range(256)))  # 0x8f: a UTF-8 continuation byte with no lead byte
+    cfg = compose_cfg("task_prior.yaml", [f"aggregate={root}"], tmp_path / "out")
+    with pytest.raises(ValueError, match=r"is not valid JSON \(truncated or corrupt\? 'utf-8' codec") as info:
+        _run("task_prior")(cfg)
+    assert str(bad) in str(info.value) and "delete the file" in str(info.value)
+    assert not (root / "task_prior.md").exists()
+
+
 def test_aggregate_of_a_missing_folder_creates_nothing(tmp_path) -> None:
     missing = tmp_path / "no_such_run"
     with pytest.raises(FileNotFoundError, match="no_such_run is not a directory"):
