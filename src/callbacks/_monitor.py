@@ -35,7 +35,7 @@ import logging
 import math
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import lightning as L
@@ -53,6 +53,7 @@ __all__ = [
     "BackboneMonitor",
     "ComputeProgress",
     "PixelEncoder",
+    "check_monitor_prefixes",
     "first_val_images",
     "logged_step",
     "rank_and_world",
@@ -122,20 +123,34 @@ def _first_items(source: Any, n: int) -> list[Any]:
     return images
 
 
-def first_val_images(trainer: L.Trainer | None, n: int) -> Tensor | None:
+def _stack_images(xs: Sequence[Any], owner: str) -> Tensor:
+    """The validation images ``xs`` as one float tensor (N, C, H, W); a ValueError naming ``owner``, the sizes found
+    and the fix when they differ (a probe set is one batch of one size)."""
+    tensors = [torch.as_tensor(x) for x in xs]
+    shapes = sorted({tuple(t.shape) for t in tensors})
+    if len(shapes) > 1:
+        raise ValueError(
+            f"{owner}: the first {len(tensors)} validation images have different sizes {[list(s) for s in shapes]}, "
+            "and the probe set is one batch of one size. Fix: images='photos' (or 'digits', or an image tensor) "
+            "on the callback, or resize the images to one size in the validation dataset (e.g. a Resize transform)"
+        )
+    return torch.stack(tensors).float()
+
+
+def first_val_images(trainer: L.Trainer | None, n: int, owner: str = "first_val_images") -> Tensor | None:
     """The first ``n`` validation images as one float tensor (N, C, H, W), or None when the trainer knows no
     validation data (yet) or it is empty. From the data module's ``val_dataset`` / ``val_dataloader()``, else from
     the validation loaders given to ``fit`` (:func:`_val_source`). Dataset items may be ``(x, ...)`` tuples,
     ``{"image": x, ...}`` dicts or bare tensors; the set is the dataset's first items, so it is the same on every
     rank and every epoch. The values are the dataset's own (see :func:`src.utils.probe_images.pixel_images` for
-    the [0, 1] check)."""
+    the [0, 1] check). Images of different sizes are a ValueError naming ``owner`` (the callback) and the fix."""
     source = _val_source(trainer)
     if source is None:
         return None
     xs = _first_items(source, n)
     if not xs:
         return None
-    return torch.stack([torch.as_tensor(x) for x in xs]).float()
+    return _stack_images(xs, owner)
 
 
 class PixelEncoder:
@@ -424,7 +439,8 @@ class BackboneMonitor(L.Callback):
     def probe_images(self, trainer: Any) -> Tensor:
         """The fixed probe set, [0, 1] pixels (built once, identical on every rank): see ``images=``."""
         if self.images is None:
-            self.images = self._build(first_val_images(trainer, self.num_images) if self._wants_val() else None)
+            val = first_val_images(trainer, self.num_images, type(self).__name__) if self._wants_val() else None
+            self.images = self._build(val)
         return self.images
 
     def _ready(self, trainer: Any, pl_module: L.LightningModule) -> None:
@@ -524,13 +540,7 @@ class BackboneMonitor(L.Callback):
         """Refuse a second monitor of this type with the same ``prefix`` (both would log the same names and share
         one checkpoint state); for a fit, build and check the probe images and run :meth:`_prepare` now when the
         data module provides the validation images (else at ``on_train_start``)."""
-        for other in trainer.callbacks:
-            if other is not self and type(other) is type(self) and other.prefix == self.prefix:
-                raise ValueError(
-                    f"two {type(self).__name__}s in one Trainer log under the same prefix {self.prefix!r}: their "
-                    "values would be averaged into one name and their checkpoint states would collide; give each "
-                    f"its own prefix=, e.g. prefix='{self.prefix}/a' and prefix='{self.prefix}/b'"
-                )
+        check_monitor_prefixes(trainer.callbacks)
         if stage == "fit" and (not self.uses_images or not self._wants_val() or _val_source(trainer) is not None):
             self._ready(trainer, pl_module)
 
@@ -569,3 +579,43 @@ class BackboneMonitor(L.Callback):
         self._fingerprint = state_dict.get("fingerprint")
         self.last = dict(state_dict.get("last", {}))
         self.history = [(int(e), dict(v)) for e, v in state_dict.get("history", [])]
+
+
+def check_monitor_prefixes(callbacks: Sequence[Any]) -> None:
+    """Refuse two monitors of one type with the same ``prefix`` among ``callbacks``: a ValueError naming ``prefix=``
+    (both would log the same names and share one checkpoint state)."""
+    seen: set[tuple[type, str]] = set()
+    for cb in callbacks:
+        if not isinstance(cb, BackboneMonitor):
+            continue
+        key = (type(cb), cb.prefix)
+        if key in seen:
+            raise ValueError(
+                f"two {type(cb).__name__}s in one Trainer log under the same prefix {cb.prefix!r}: their values "
+                "would be averaged into one name and their checkpoint states would collide; give each its own "
+                f"prefix=, e.g. prefix='{cb.prefix}/a' and prefix='{cb.prefix}/b'"
+            )
+        seen.add(key)
+
+
+def _install_prefix_check() -> None:
+    """Run :func:`check_monitor_prefixes` first in Lightning's callback-list check. Lightning validates the list in
+    ``Trainer(callbacks=...)``, before any hook of a callback runs, and refuses two equal ``state_key``s with a
+    message about ``state_key``; two identical monitors (same type, arguments and prefix) have equal state keys, so
+    the user's fix, ``prefix=``, is named there. Idempotent; a Lightning without that function keeps only the check
+    in :meth:`BackboneMonitor.setup`."""
+    from lightning.pytorch.trainer.connectors import callback_connector
+
+    original = getattr(callback_connector, "_validate_callbacks_list", None)
+    if original is None or getattr(original, "repbench_prefix_check", False):
+        return
+
+    def validate(callbacks: list[Any]) -> None:
+        check_monitor_prefixes(callbacks)
+        original(callbacks)
+
+    validate.repbench_prefix_check = True  # type: ignore[attr-defined]
+    callback_connector._validate_callbacks_list = validate
+
+
+_install_prefix_check()

@@ -15,7 +15,12 @@ from lightning.pytorch.loggers import TensorBoardLogger
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
-from src.callbacks import DivergenceRadiusCallback, SynBenchCallback, TaskPriorCallback
+from src.callbacks import (
+    DivergenceRadiusCallback,
+    RepresentationSpectrumCallback,
+    SynBenchCallback,
+    TaskPriorCallback,
+)
 from src.utils.probe_images import PIXEL_OVERSHOOT, clip_overshoot, pixel_images
 from src.utils.tensorboard import read_scalars
 from tests._lightning import quiet_trainer
@@ -213,9 +218,42 @@ def test_two_divergence_radius_callbacks_keep_their_states_apart(tmp_path: Path)
 
 
 def test_two_monitors_of_one_type_need_different_prefixes() -> None:
-    trainer = quiet_trainer(max_epochs=1, callbacks=[_dr(), _dr(perturbations=["gaussian_noise"])])
+    with pytest.raises(ValueError, match="same prefix 'val'.*give each its own prefix="):
+        quiet_trainer(max_epochs=1, callbacks=[_dr(), _dr(perturbations=["gaussian_noise"])])
+    trainer = quiet_trainer(max_epochs=1, callbacks=[_dr()])
+    trainer.callbacks.append(_dr(perturbations=["gaussian_noise"]))  # added after the Trainer was built
     with pytest.raises(ValueError, match="same prefix 'val'.*give each its own prefix="):
         trainer.fit(_Net(), datamodule=_DM(_pixels()))
+
+
+@pytest.mark.parametrize("make", [_dr, lambda: RepresentationSpectrumCallback(num_images=6, image_size=16)])
+def test_two_identical_monitors_name_prefix_not_state_key(make) -> None:
+    """CB17: two monitors of one type with equal arguments have equal state keys, which Lightning refuses in
+    Trainer(callbacks=...) (before any hook runs) with a message about state_key; the base class names prefix=."""
+    with pytest.raises(ValueError, match=r"two \w+s in one Trainer log under the same prefix.*its own prefix="):
+        quiet_trainer(max_epochs=1, callbacks=[make(), make()])
+    quiet_trainer(max_epochs=1, callbacks=[make(), EarlyStopping("x")])  # one of a kind, among other callbacks: fine
+
+
+class _MixedSizes(Dataset):
+    """Validation images of 12 x 16 and 16 x 16 px, alternately."""
+
+    def __len__(self) -> int:
+        return 6
+
+    def __getitem__(self, i: int):
+        return _pixels(1)[0, :, : 16 if i % 2 else 12], 0
+
+
+def test_validation_images_of_mixed_sizes_name_the_callback_and_the_fix() -> None:
+    """CB12: images='auto' stacks the first validation images into one batch; sizes that differ are refused in
+    setup (no training step wasted) naming the callback, the sizes and the fix, not torch.stack's message."""
+    dm, net = _DM(_pixels()), _Net()
+    dm.val_dataset = _MixedSizes()
+    pattern = r"DivergenceRadiusCallback: .*different sizes \[\[3, 12, 16\], \[3, 16, 16\]\].*images='photos'"
+    with pytest.raises(ValueError, match=pattern + r".*resize the images"):
+        quiet_trainer(max_epochs=1, callbacks=[_dr()]).fit(net, datamodule=dm)
+    assert net.trainer.global_step == 0
 
 
 # ---------------------------------------------------------------- every_n_epochs in infinite training

@@ -173,3 +173,26 @@ def test_a_prior_that_embeds_the_images_as_zeros_is_refused_before_training_and_
     trainer.fit(TinyModule(), DataLoader(TensorDataset(x, y), batch_size=8))
     assert all(np.isfinite(v) for v in fixed.last.values()) and fixed.last["var"] > 0
     assert fixed._identity()["prior_image_size"] == 64
+
+
+class _ValImages(L.LightningDataModule):
+    """CIFAR-size (32 x 32) validation images in [0, 1] as a data module's ``val_dataset``; training on ``_data``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.val_dataset = TensorDataset(torch.rand(6, 3, 32, 32, generator=torch.Generator().manual_seed(4)))
+
+    def train_dataloader(self) -> DataLoader:
+        return DataLoader(TensorDataset(*_data()), batch_size=8)
+
+
+def test_default_prior_on_32px_validation_images_names_prior_image_size_before_training() -> None:
+    """CB28's reproduction: the defaults (prior embedded:efficientnet_lite2, images='val') on 32-px validation images
+    once died after the first epoch with "prior_features has a zero-norm row" (no prior_features were given); setup
+    refuses it, naming the cause and prior_image_size=."""
+    module = TinyModule()
+    cb = TaskPriorCallback(progress=False, num_images=8)
+    pattern = r"embedded:efficientnet_lite2' embeds 6 of the 6 fixed images \(32 x 32 px.*Fix: prior_image_size=64"
+    with pytest.raises(ValueError, match=pattern + r".*images='photos' or 'digits'"):
+        quiet_trainer(max_epochs=1, callbacks=[cb]).fit(module, datamodule=_ValImages())
+    assert module.trainer.global_step == 0  # refused in setup: no training step was wasted
