@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -69,6 +70,23 @@ def unpack_batch(batch: Any) -> tuple[Tensor, Tensor, Tensor | None]:
     )
 
 
+def check_optimizer_hparams(hparams: Mapping[str, Any]) -> None:
+    """``lr``, ``weight_decay`` and ``momentum`` (those present) as finite numbers >= 0 (what torch's optimizers
+    accept); a ValueError naming the config key ``model.<name>`` otherwise. They are read only when the fit starts
+    (:meth:`RepBenchModule.configure_optimizers`), so without this check ``model.lr=abc`` failed there with
+    float()'s message, after the data, model, callbacks and trainer were built."""
+    for key in ("lr", "weight_decay", "momentum"):
+        if key not in hparams:
+            continue
+        value = hparams[key]
+        try:
+            number = math.nan if isinstance(value, bool) else float(value)
+        except (TypeError, ValueError):
+            number = math.nan
+        if not (math.isfinite(number) and number >= 0.0):
+            raise ValueError(f"model.{key} must be a finite number >= 0, got {value!r}; e.g. model.{key}=0.001")
+
+
 class RepBenchModule(L.LightningModule):
     """Base of RepBench's LightningModules (see the module docstring).
 
@@ -98,6 +116,7 @@ class RepBenchModule(L.LightningModule):
             raise ValueError(f"scheduler must be 'cosine' or None, got {scheduler!r}")
         if "num_classes" in hparams and int(hparams["num_classes"]) < 2:
             raise ValueError(f"num_classes must be >= 2, got {hparams['num_classes']}")
+        check_optimizer_hparams(hparams)
         self.save_hyperparameters(hparams)
         self.backbone = build_backbone(backbone)
         self._spec_fingerprint: str | None = None  # sha256 of build_backbone(hparams.backbone), at the first save

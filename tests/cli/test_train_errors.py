@@ -30,6 +30,26 @@ def test_negative_num_workers_is_refused(make_cfg) -> None:
         train(make_cfg(["data.num_workers=-1", "callbacks=none", "logger=csv"]))
 
 
+@pytest.mark.parametrize(
+    "override, shown",
+    [
+        ("model.lr=abc", "'abc'"),
+        ("model.lr=-0.1", "-0.1"),
+        ("model.weight_decay=nan", "nan"),
+        ("model.lr=true", "True"),
+    ],
+)
+def test_bad_optimizer_hyperparameter_is_refused_naming_the_key(make_cfg, override: str, shown: str) -> None:
+    """X01: the optimizer's numbers were read only when the fit started (float()'s message, no key); the model's
+    constructor refuses them, inside Hydra's instantiate, before the trainer exists."""
+    key = override.split("=")[0]
+    cfg = make_cfg(["debug=fast", override, "callbacks=none", "logger=csv"])
+    with pytest.raises(Exception, match=rf"{key} must be a finite number >= 0, got {shown}") as info:
+        train(cfg)
+    assert isinstance(info.value.__cause__, ValueError)  # Hydra's InstantiationException keeps the message
+    assert not list(Path(cfg.paths.output_dir).glob("**/*.ckpt"))
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_sigterm_exits_143_keeps_a_checkpoint_and_says_how_to_resume(tmp_path) -> None:
