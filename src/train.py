@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 import re
 import shlex
 import time
@@ -43,7 +42,7 @@ from .utils.checkpoint_io import AtomicCheckpointIO
 from .utils.hparams import flat_hparams, log_hparams_with_metrics
 from .utils.hydra_utils import instantiate_list, log_config, to_container
 from .utils.resources import config_dir
-from .utils.run_dir import RunDirectoryLock
+from .utils.run_dir import RunDirectoryLock, is_child_rank
 from .utils.run_summary import print_summary, write_summary
 
 log = logging.getLogger("repbench")
@@ -205,24 +204,20 @@ def _run_dir(cfg: DictConfig) -> Path | None:
     return Path(str(out)) if out else None
 
 
-def _is_child_rank() -> bool:
-    """True in a DDP worker that Lightning launched as a copy of this command (it shares rank 0's run folder)."""
-    return any(os.environ.get(k, "0") not in ("", "0") for k in ("LOCAL_RANK", "NODE_RANK", "RANK"))
-
-
 def train(cfg: DictConfig) -> tuple[dict[str, float], dict[str, Any]]:
     """Instantiate data, model, callbacks, loggers and trainer from ``cfg``; fit and optionally test.
 
     Returns (metrics, objects) where metrics merges ``trainer.callback_metrics`` after fit and test.
     Raises SystemExit(143) after SIGTERM and SystemExit(130) after Ctrl-C (the checkpoint is kept).
-    The run folder (``paths.output_dir``) is locked for the run (a second run into it is refused); checkpoints are
+    The run folder (``paths.output_dir``) is locked for the run (a second run into it is refused; the CLI already
+    locked it before Hydra wrote into it, :class:`~src.utils.run_dir.RunFolderLock`); checkpoints are
     written atomically in their own folder (:class:`~src.utils.checkpoint_io.AtomicCheckpointIO`); the run ends with
     ``metrics.json`` and ``summary.md`` in its folder.
     """
     check_trainer_length(cfg)
     check_objective(cfg)  # optimized_metric has a producer (a monitor's value needs its callback)
     run_dir = _run_dir(cfg)
-    lock = RunDirectoryLock(run_dir) if run_dir is not None and not _is_child_rank() else None
+    lock = RunDirectoryLock(run_dir) if run_dir is not None and not is_child_rank() else None
     if lock is not None:
         lock.acquire()
     try:

@@ -27,6 +27,19 @@ def _given(block: dict[str, Any] | None) -> dict[str, Any]:
     return {k: v for k, v in (block or {}).items() if v is not None}
 
 
+def synbench_block(block: dict[str, Any]) -> Any:
+    """The :class:`~src.synbench.SynBenchConfig` of the report's ``synbench`` block; its errors name the report's key
+    (``synbench.n_train must be an integer >= 4, got 'abc' (str)``)."""
+    from ..synbench import SynBenchConfig
+
+    try:
+        return SynBenchConfig(**block)
+    except (TypeError, ValueError) as err:
+        text = str(err)
+        prefix = "synbench." if text.split(" ", 1)[0] in block else "synbench: "
+        raise type(err)(prefix + text) from err
+
+
 def audit_config(cfg: DictConfig) -> Any:
     """The :class:`~src.report.audit.AuditConfig` of a composed report.yaml (every field checked here)."""
     from ..synbench import SynBenchConfig
@@ -34,7 +47,7 @@ def audit_config(cfg: DictConfig) -> Any:
 
     plain = OmegaConf.to_container(cfg, resolve=True)
     down = dict(plain["downstream"])
-    synbench = SynBenchConfig() if plain["full"] else SynBenchConfig(**plain["synbench"])
+    synbench = SynBenchConfig() if plain["full"] else synbench_block(plain["synbench"])
     return AuditConfig(
         parts=tuple(plain["parts"]),
         input_size=None if plain["full"] else plain["input_size"],
@@ -65,15 +78,53 @@ def downstream_sets(
 
     if max_items is not None and (isinstance(max_items, bool) or not isinstance(max_items, int) or max_items < 2):
         raise ValueError(f"downstream.max_items must be null or an integer >= 2, got {max_items!r}")
+    labels = [entry if isinstance(entry, str) else str(dict(entry).get("option", entry)) for entry in names]
+    for name in labels:  # before any set is loaded
+        check_downstream_option(name)
     out = {}
-    for entry in names:
-        name = entry if isinstance(entry, str) else str(dict(entry).get("option", entry))
+    for entry, name in zip(names, labels):
         dm = load_data_config(entry, seed, image_size, paths=paths, key="downstream.sets")
         sizes = {k: len(ds) for k, ds in open_splits(dm, ("train", "test"), key=f"downstream.sets {name!r}").items()}
         caps = {k: None if max_items is None or max_items >= n else max_items for k, n in sizes.items()}
         sets = split_tensors(dm, ("train", "test"), caps, seed=seed, key=f"downstream.sets {name!r}")
+        check_learnable_labels(name, sets["train"][1], sets["test"][1], max_items)
         out[name] = (sets["train"], sets["test"])
     return out
+
+
+#: configs/data options that are not downstream sets, and why (their labels cannot be learned across the split)
+NOT_DOWNSTREAM = {
+    "photos": "its labels say which photo a crop comes from, and its test crops come from photos of their own "
+    "(configs/data/photos.yaml: test_photos), so no test label occurs in training: every probe scores 0",
+}
+
+
+def check_downstream_option(name: str) -> None:
+    """Refuse a ``downstream.sets`` entry that names a configs/data option without learnable labels
+    (:data:`NOT_DOWNSTREAM`), or no option at all, naming why and the sets to use instead."""
+    from ..utils.data_tensors import data_options
+
+    usable = [o for o in data_options() if o not in NOT_DOWNSTREAM]
+    if name in NOT_DOWNSTREAM:
+        raise ValueError(
+            f"downstream.sets: {name!r} is not a downstream set: {NOT_DOWNSTREAM[name]}. Choose labelled sets whose "
+            f"test classes occur in training, e.g. downstream.sets=[digits] (configs/data options: {usable})"
+        )
+    if name not in data_options() and not name.startswith("{"):  # a mapping with a _target_ is labelled by itself
+        raise ValueError(f"downstream.sets: no data config {name!r}; choose from {usable} (configs/data/)")
+
+
+def check_learnable_labels(name: str, train_y: Any, test_y: Any, max_items: int | None = None) -> None:
+    """Refuse a downstream set whose test split holds labels that its training split lacks: a probe cannot predict
+    them, so the accuracy would measure the split, not the backbone (e.g. the bundled photos' "which photo" labels)."""
+    unseen = sorted(set(test_y.tolist()) - set(train_y.tolist()))
+    if unseen:
+        cap = f", or raise downstream.max_items={max_items} (a sample may miss a class)" if max_items else ""
+        raise ValueError(
+            f"downstream.sets {name!r}: its test labels {unseen[:10]}{' ...' if len(unseen) > 10 else ''} never occur "
+            f"in its training split ({len(set(train_y.tolist()))} training labels), so a probe cannot learn them and "
+            f"its accuracy would not measure the backbone. Use a set whose test classes occur in training{cap}"
+        )
 
 
 def run(cfg: DictConfig) -> str:
@@ -82,12 +133,14 @@ def run(cfg: DictConfig) -> str:
     from ..backbones.spec import backbone_labels, backbone_list
     from ..utils.run_dir import OUTPUT_DIR_FIX, check_writable_dir
     from .audit import run_audit
+    from .cache import ResultCache
     from .render import write_audit
 
     config = audit_config(cfg)
     backbones = backbone_list(OmegaConf.to_container(cfg.backbones, resolve=True) if cfg.backbones else None)
     backbone_labels(backbones)
     out = check_writable_dir(cfg.paths.output_dir, OUTPUT_DIR_FIX)
+    ResultCache(cfg.cache_dir).check(config.parts)  # before the downstream sets are loaded
     keep_freed_memory()
     t0 = time.perf_counter()
     down = cfg.downstream

@@ -37,9 +37,19 @@ from ..backbones.weights import state_fingerprint
 from ..divergence_radius.config import DivergenceRadiusConfig
 from ..synbench.config import SynBenchConfig
 from ..task_prior.config import TaskPriorConfig, task_prior_config
+from ..utils.probe_images import BUNDLED_DIGITS
 from .cache import ResultCache
 
-__all__ = ["AuditConfig", "PARTS", "DOWNSTREAM_DEFAULTS", "REDUCED_SYNBENCH", "run_audit", "AuditResults"]
+__all__ = [
+    "AuditConfig",
+    "PARTS",
+    "DOWNSTREAM_DEFAULTS",
+    "REDUCED_SYNBENCH",
+    "run_audit",
+    "AuditResults",
+    "check_baseline_eps",
+    "check_cached_entry",
+]
 
 log = logging.getLogger("repbench")
 
@@ -53,6 +63,22 @@ REDUCED_SYNBENCH: dict[str, Any] = {
     "eps": (0.0, 0.2, 0.4),
 }
 DOWNSTREAM_DEFAULTS: dict[str, Any] = {"epsilons": (0.05,), "steps": 5, "norm": "l2", "C": 1.0}
+
+
+def check_baseline_eps(eps: Any) -> tuple[float, ...]:
+    """``eps`` (ε of SDL and ε-SC) as a non-empty tuple of finite numbers > 0, else a ValueError naming the setting
+    (``baseline_eps``; ``baselines.eps`` in ``python -m src.report``) and the fix. Checked before any work: a bad ε
+    would otherwise fail inside every backbone's baselines part, after the features were computed."""
+    values = tuple(eps) if isinstance(eps, (list, tuple)) else (eps,)
+    good = bool(values) and all(
+        isinstance(e, (int, float)) and not isinstance(e, bool) and math.isfinite(e) and e > 0 for e in values
+    )
+    if not good:
+        raise ValueError(
+            f"baseline_eps (python -m src.report: baselines.eps) must be a non-empty list of finite numbers > 0 (the "
+            f"loss thresholds of SDL and eps-SC), got {list(values)}; e.g. baselines.eps=[1.0] (the paper's Table 7)"
+        )
+    return tuple(float(e) for e in values)
 
 
 @dataclass(frozen=True)
@@ -106,10 +132,16 @@ class AuditConfig:
         object.__setattr__(self, "baselines", which)
         if not (isinstance(self.baseline_s, (int, float)) and math.isfinite(self.baseline_s) and self.baseline_s >= 0):
             raise ValueError(f"baseline_s must be a finite number >= 0, got {self.baseline_s!r}")
+        object.__setattr__(self, "baseline_eps", check_baseline_eps(self.baseline_eps))
         for key, value, low in (("dr_images", self.dr_images, 2), ("dr_image_size", self.dr_image_size, 16),
                                 ("tp_images", self.tp_images, 2), ("tp_image_size", self.tp_image_size, 8)):  # fmt: skip
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise ValueError(f"{key} must be an integer >= {low}, got {value!r}")
+        if self.tp_images > BUNDLED_DIGITS:
+            raise ValueError(
+                f"tp_images must be an integer in [2, {BUNDLED_DIGITS}] (the Task-Prior part runs on the first "
+                f"tp_images of the {BUNDLED_DIGITS} bundled digits), got {self.tp_images}; set tp_images<={BUNDLED_DIGITS}"
+            )
         if self.input_size is not None and (not isinstance(self.input_size, int) or self.input_size < 1):
             raise ValueError(f"input_size must be null (native size) or an integer >= 1, got {self.input_size!r}")
         extra = sorted(set(self.downstream) - set(DOWNSTREAM_DEFAULTS))
@@ -161,6 +193,7 @@ def part_baselines(
     """Every baseline on SynBench's proxy task at separation ``s`` (same samples), with the time of each."""
     from ..baselines import baseline_scores, synthetic_task
 
+    eps = check_baseline_eps(eps)  # a configuration error, not a score undefined on this backbone: never an "n/a"
     size = bb.input_size[-1] if input_size is None else input_size
     t0 = time.perf_counter()
     task = synthetic_task(bb.embed, (3, size, size), cfg, s, device)
@@ -220,6 +253,52 @@ def part_downstream(
     return {name: probe_accuracies(bb, train, test, device=device, **options) for name, (train, test) in sets.items()}
 
 
+# ----------------------------------------------------------------------------------------------- cached entries
+def _is_number(value: Any) -> bool:
+    """A JSON number, or null (a NaN is cached as null)."""
+    return value is None or (isinstance(value, (int, float)) and not isinstance(value, bool))
+
+
+def _need(ok: bool, what: str) -> None:
+    if not ok:
+        raise ValueError(f"malformed cached value: {what}")
+
+
+def _check_part_value(part: str, value: Any) -> None:
+    """The shape :func:`run_audit` and the renderer read of one part's value (ValueError/KeyError/TypeError if not)."""
+    _need(isinstance(value, Mapping), f"the {part} value is {type(value).__name__}, not a mapping")
+    if part == "synbench":
+        from ..synbench import SynBenchResult
+
+        SynBenchResult.from_dict(dict(value))  # the renderer's reader
+    elif part == "baselines":
+        _need(isinstance(value.get("values"), Mapping), "baselines without a 'values' mapping")
+        _need(all(_is_number(v) for v in value["values"].values()), "a baseline score that is not a number")
+        _need(isinstance(value.get("lower_bounds"), list), "baselines without a 'lower_bounds' list")
+    elif part == "divergence_radius":
+        _need(all(isinstance(value.get(k), Mapping) for k in ("r_dr", "r_cs")), "no 'r_dr' / 'r_cs' mapping")
+        _need(all(_is_number(value.get(k, "")) for k in ("r_dr_mean", "r_cs_mean")), "no 'r_dr_mean' / 'r_cs_mean'")
+    elif part == "task_prior":
+        _need(
+            all(_is_number(value.get(k, "")) for k in ("mean", "var", "z", "acc_mean")), "no mean / var / z / acc_mean"
+        )
+    elif part == "downstream":
+        _need(all(isinstance(v, Mapping) and all(map(_is_number, v.values())) for v in value.values()),
+              "a downstream set without a mapping of accuracies")  # fmt: skip
+
+
+def check_cached_entry(part: str, entry: Any) -> None:
+    """A cache entry of :func:`run_audit`: ``{"value": <the part's value>, "seconds": <finite number >= 0>}``; a
+    ValueError/KeyError/TypeError saying what is wrong otherwise (:meth:`ResultCache.get` then warns, naming the
+    file, and the part is recomputed) — an edited entry with a valid key must not crash the report or fill it."""
+    _need(isinstance(entry, Mapping), f"the entry holds {type(entry).__name__}, not {{'value': ..., 'seconds': ...}}")
+    _need("value" in entry and "seconds" in entry, f"the entry has the keys {sorted(entry)}, not value and seconds")
+    seconds = entry["seconds"]
+    _need(_is_number(seconds) and seconds is not None and math.isfinite(seconds) and seconds >= 0,
+          f"seconds is {seconds!r}, not a finite number >= 0")  # fmt: skip
+    _check_part_value(part, entry["value"])
+
+
 # ----------------------------------------------------------------------------------------------- the loop
 @dataclass
 class AuditResults:
@@ -269,6 +348,8 @@ def run_audit(
     labels = backbone_labels(specs)
     say = progress_sink(progress)
     parts = cfg.parts
+    cache = ResultCache(cache_dir)
+    cache.check(parts)  # a cache_dir (or a part folder in it) that is a regular file: refused before any work
     if "downstream" in parts and downstream is None:
         downstream = {"digits": default_digits()}
     if "downstream" in parts and not downstream:
@@ -282,7 +363,6 @@ def run_audit(
 
         tp_images = digits_images(cfg.tp_images, cfg.tp_image_size)
     check_buildable(specs)  # missing weights fail before any part runs
-    cache = ResultCache(cache_dir)
 
     prior_features: Tensor | None = None
     prior_fp = ""
@@ -345,7 +425,7 @@ def run_audit(
             # "synbench@2048" / "baselines#1" are the synbench / baselines parts at other settings (n_train, seed):
             # one cache entry per (weights, part, settings), so a budget equal to the main n_train reuses the main run
             store = part.split("@")[0].split("#")[0]
-            hit = cache.get(store, fp, settings)
+            hit = cache.get(store, fp, settings, check=lambda entry, store=store: check_cached_entry(store, entry))
             if hit is None:
                 hit = {"value": fn(bb, label), "seconds": time.perf_counter() - t0}
                 cache.put(store, fp, settings, hit)

@@ -4,7 +4,9 @@
 from __future__ import annotations
 
 import math
+import numbers
 import warnings
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
@@ -21,6 +23,31 @@ def official_s_values() -> tuple[float, ...]:
 
 def _default_eps() -> tuple[float, ...]:
     return tuple(round(k * 0.1, 10) for k in range(9))  # 0, 0.1, …, 0.8: paper Fig. 3 and Table 6
+
+
+def _check_int(value: Any, name: str, minimum: int) -> int:
+    """``value`` as an int >= ``minimum`` (an int, or a float holding one exactly, as Hydra reads ``1e4``); a
+    TypeError for a bool, a string or a fraction, a ValueError below ``minimum``, each naming the field. (The same
+    policy as the package's shared integer validator, kept local so that this module imports neither torch nor numpy.)"""
+    got = f"got {value!r} ({type(value).__name__})"
+    if isinstance(value, bool) or not isinstance(value, (numbers.Integral, float)):
+        raise TypeError(f"{name} must be an integer >= {minimum}, {got}")
+    if isinstance(value, float) and not (math.isfinite(value) and value.is_integer()):
+        raise TypeError(f"{name} must be an integer >= {minimum}, {got}; a fraction is never rounded")
+    if value < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}, {got}")
+    return int(value)
+
+
+def _real_tuple(values: Any, name: str) -> tuple[float, ...]:
+    """``values`` (a list of numbers) as floats; a TypeError naming the field for a string, a bool or a non-list."""
+    if isinstance(values, (str, bytes)) or not isinstance(values, Iterable):
+        raise TypeError(f"{name} must be a list of numbers, got {values!r} ({type(values).__name__})")
+    values = tuple(values)
+    bad = [v for v in values if isinstance(v, bool) or not isinstance(v, numbers.Real)]
+    if bad:
+        raise TypeError(f"{name} must hold numbers only, got {bad[0]!r} ({type(bad[0]).__name__}) in {list(values)}")
+    return tuple(float(v) for v in values)
 
 
 @dataclass(frozen=True)
@@ -78,14 +105,19 @@ class SynBenchConfig:
     linalg_threads: int | None = 1
 
     def __post_init__(self) -> None:
+        # types first, so that a string (a Hydra override such as synbench.n_train=abc) is named, not compared
+        for name, minimum in (("n_train", 4), ("n_test", 1), ("seed", 0), ("batch_size", 1), ("chunk_size", 1)):
+            object.__setattr__(self, name, _check_int(getattr(self, name), name, minimum))
+        if self.linalg_threads is not None:
+            object.__setattr__(self, "linalg_threads", _check_int(self.linalg_threads, "linalg_threads", 1))
         for name in ("s_values", "eps", "a_T", "band"):
-            object.__setattr__(self, name, tuple(float(v) for v in getattr(self, name)))
+            object.__setattr__(self, name, _real_tuple(getattr(self, name), name))
+        for name in ("mean_offset", "class_prior"):
+            object.__setattr__(self, name, _real_tuple((getattr(self, name),), name)[0])
         if not self.s_values or any(not (math.isfinite(s) and s > 0) for s in self.s_values):
             raise ValueError(f"s_values must be a non-empty list of finite s > 0, got {self.s_values}")
         if len(set(self.s_values)) != len(self.s_values):
             raise ValueError("s_values must be distinct")
-        if self.n_train < 4 or self.n_test < 1:
-            raise ValueError("need n_train >= 4 and n_test >= 1")
         from .bayes import check_eps  # local: keep config importable on its own
 
         check_eps(self.eps, self.eps_mode)
@@ -119,10 +151,6 @@ class SynBenchConfig:
                 DeprecationWarning,
                 stacklevel=3,
             )
-        if self.linalg_threads is not None and self.linalg_threads < 1:
-            raise ValueError("linalg_threads must be None or >= 1")
-        if self.batch_size < 1 or self.chunk_size < 1 or self.seed < 0:
-            raise ValueError("batch_size and chunk_size must be >= 1 and seed >= 0")
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-serializable dict (tuples become lists)."""

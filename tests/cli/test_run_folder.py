@@ -2,7 +2,7 @@
 checkpoints that are never truncated under a valid name, a resume hint that names a checkpoint that loads (quoted for
 Hydra), training lengths checked before anything runs, and metrics.json / summary.md at the end.
 
-Cases Q01, Q02, F01, F02, F03, C03, C09, C12, C14, C15 of the reliability audit."""
+Cases Q01, Q02, Q03, F01, F02, F03, C03, C09, C12, C14, C15 of the reliability audit."""
 
 from __future__ import annotations
 
@@ -11,26 +11,34 @@ import json
 import os
 import re
 import shlex
+import signal
+import socket
 import subprocess
 import sys
+import time
 import types
 from pathlib import Path
 
 import pytest
 import torch
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from lightning.pytorch.callbacks import ModelCheckpoint
-from omegaconf import open_dict
+from omegaconf import OmegaConf, open_dict
 
 import src.train as train_mod
 from src.utils import atomic_write
 from src.utils.checkpoint_io import AtomicCheckpointIO, atomic_write_bytes
 from src.utils.hydra_utils import job_name, run_name
-from src.utils.run_dir import LOCK_NAME, RunDirectoryInUseError, RunDirectoryLock
+from src.utils.run_dir import LOCK_NAME, RunDirectoryInUseError, RunDirectoryLock, RunFolderLock, RunFolderRefused
 
+from .conftest import CONFIG_DIR
 from .test_resume import OVERRIDES
 
 ROOT = Path(__file__).resolve().parents[2]
+#: every Hydra entry point (they all write a run folder through configs/hydra/default.yaml)
+CLI_CONFIGS = ("train", "eval", "report", "synbench", "divergence_radius", "task_prior", "monitor_study")
 
 
 # ---------------------------------------------------------------- Q02 / Q01: one run, one folder
@@ -85,6 +93,120 @@ def test_q01_q02_two_runs_started_together_get_two_folders(tmp_path):
     assert len(runs) == 2
     seeds = sorted(json.loads((r / "metrics.json").read_text())["seed"] for r in runs)
     assert seeds == [1, 2]
+
+
+# ---------------------------------------------------------------- Q03 / RC2: refused before Hydra writes
+def _hydra_cfg(config: str, overrides: list[str]):
+    """The composed config with its ``hydra`` node, as Hydra hands it to the callbacks."""
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(version_base="1.3", config_dir=CONFIG_DIR):
+        return compose(config, overrides=overrides, return_hydra_config=True)
+
+
+def _held_by(pid: int, folder: Path, kind: str = "run") -> None:
+    """A lock file in ``folder`` naming the live process ``pid`` of this host."""
+    folder.mkdir(parents=True, exist_ok=True)
+    record = {"pid": pid, "host": socket.gethostname(), "started": "x", "kind": kind}
+    (folder / LOCK_NAME).write_text(json.dumps(record))
+
+
+@pytest.mark.parametrize("config", CLI_CONFIGS)
+def test_q03_every_cli_locks_its_folder_before_hydra_writes(config):
+    """Every entry point's Hydra config carries the run-folder lock (a Hydra callback: it runs before run_job)."""
+    cfg = _hydra_cfg(f"{config}.yaml", [])
+    assert OmegaConf.select(cfg, "hydra.callbacks.run_folder_lock._target_") == "repbench.utils.run_dir.RunFolderLock"
+
+
+def test_q03_the_callback_locks_the_folder_hydra_then_uses(tmp_path):
+    """on_run_start locks the folder that run_job will resolve (the cached run name: no second folder), leaves the
+    hydra node writable as it found it, is re-entrant for train() in the same process and releases at the end."""
+    cfg = _hydra_cfg("train.yaml", [f"paths.log_dir={tmp_path}", "seed=3"])
+    lock = RunFolderLock()
+    lock.on_run_start(config=cfg)
+    run_dir = Path(OmegaConf.select(cfg, "hydra.run.dir")).resolve()
+    assert (run_dir / LOCK_NAME).is_file() and run_dir.parent == tmp_path.resolve() / "train" / "runs"
+    assert not OmegaConf.is_readonly(cfg.hydra)
+    with RunDirectoryLock(run_dir):  # train() inside the CLI's run
+        pass
+    assert (run_dir / LOCK_NAME).is_file()  # still the CLI's
+    lock.on_run_end(config=cfg)
+    assert list(run_dir.iterdir()) == []  # released; nothing else was written
+
+
+def test_q03_a_folder_held_by_a_live_process_is_refused_naming_the_fix(tmp_path):
+    """The refusal is a SystemExit (Hydra turns a callback's exception into a warning and runs on) whose message names
+    the folder, the live pid and the fix; nothing is added to the folder."""
+    _held_by(os.getppid(), tmp_path / "live")
+    with pytest.raises(RunFolderRefused) as refused:
+        RunFolderLock().on_run_start(config=_hydra_cfg("report.yaml", [f"hydra.run.dir={tmp_path / 'live'}"]))
+    message = str(refused.value.code)
+    assert f"run directory {tmp_path / 'live'} is in use by another run (pid {os.getppid()} " in message
+    assert "pass another hydra.run.dir" in message and "Nothing was written" in message
+    assert [p.name for p in (tmp_path / "live").iterdir()] == [LOCK_NAME]
+
+
+def test_q03_a_run_inside_a_live_multirun_and_a_multirun_over_a_live_run_are_refused(tmp_path):
+    """A multirun locks its sweep folder (its jobs' folders lie inside it, written by Hydra before any job code)."""
+    _held_by(os.getppid(), tmp_path / "sweep", kind="multirun")
+    with pytest.raises(RunFolderRefused, match=r"lies inside .*sweep, the folder of a live multirun .*hydra\.run\.dir"):
+        RunFolderLock().on_run_start(config=_hydra_cfg("train.yaml", [f"hydra.run.dir={tmp_path / 'sweep' / '0'}"]))
+    assert not (tmp_path / "sweep" / "0").exists()
+    _held_by(os.getppid(), tmp_path / "other" / "0_seed-1")
+    with pytest.raises(RunFolderRefused, match=r"0_seed-1 is in use by another run .*hydra\.sweep\.dir"):
+        RunFolderLock().on_multirun_start(config=_hydra_cfg("train.yaml", [f"hydra.sweep.dir={tmp_path / 'other'}"]))
+    assert not (tmp_path / "other" / LOCK_NAME).exists()
+
+
+def test_q03_an_unwritable_run_folder_is_refused_naming_the_fix(tmp_path):
+    (tmp_path / "a_file").write_text("not a folder")
+    with pytest.raises(
+        RunFolderRefused, match=r"a_file/run is not writable .*nothing was computed\. Fix: .*hydra\.run"
+    ):
+        RunFolderLock().on_run_start(
+            config=_hydra_cfg("synbench.yaml", [f"hydra.run.dir={tmp_path / 'a_file' / 'run'}"])
+        )
+
+
+def _wait_for(condition, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.2)
+
+
+@pytest.mark.slow
+def test_q03_a_refused_run_writes_nothing_into_the_live_runs_folder(tmp_path):
+    """The reproduction at debug sizes, two real processes: run 1 trains in a folder (held alive by many epochs until
+    run 2 is done), run 2 is pointed at the same folder. Run 2 exits 1 naming the folder, run 1's pid and the fix;
+    the folder's .hydra/config.yaml, overrides.yaml and train.log stay run 1's."""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    base = [sys.executable, "-m", "src.train", "backbone=timm_tiny_random", "data.image_size=16",
+            "+trainer.limit_train_batches=2", "+trainer.limit_val_batches=2", "trainer.max_epochs=1000", "test=false",
+            "callbacks.synbench=null", "callbacks.divergence_radius=null", "callbacks.rich_progress_bar=null",
+            "model.eval_epsilons=[]", "model.scheduler=none", "logger=csv", f"hydra.run.dir={tmp_path / 'q3run'}"]  # fmt: skip
+    folder = tmp_path / "q3run"
+    live = subprocess.Popen([*base, "seed=1"], cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        # start-up on a loaded 2-core machine takes ~10-20 s; 240 s only bounds a hung start
+        _wait_for(lambda: (folder / "checkpoints").is_dir() or live.poll() is not None, 240, "run 1 to start training")
+        assert live.poll() is None, live.stderr.read().decode()
+        before = {name: (folder / name).read_text() for name in (".hydra/config.yaml", ".hydra/overrides.yaml")}
+        refused = subprocess.run([*base, "seed=2"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
+        assert live.poll() is None, "run 1 ended before run 2 was refused: the test proves nothing"
+    finally:
+        live.send_signal(signal.SIGTERM)  # a scheduler's preemption: run 1 stops after its batch (status 143)
+        live_err = live.communicate(timeout=120)[1].decode()  # stopping takes a second; 120 s bounds a hang
+    assert refused.returncode == 1, refused.stderr
+    assert f"run directory {folder} is in use by another run (pid {live.pid} " in refused.stderr
+    assert "pass another hydra.run.dir" in refused.stderr and "Nothing was written" in refused.stderr
+    assert live.returncode == 143, live_err
+    after = {name: (folder / name).read_text() for name in before}
+    assert (
+        after == before and "seed: 1" in after[".hydra/config.yaml"] and "seed=2" not in after[".hydra/overrides.yaml"]
+    )
+    log = (folder / "train.log").read_text()
+    assert "seed: 1" in log and "seed: 2" not in log and "seed=2" not in log and "RunDirectoryInUse" not in log
+    assert not (folder / LOCK_NAME).exists()  # run 1 released its lock on the way out
 
 
 # ---------------------------------------------------------------- F03: atomic saves

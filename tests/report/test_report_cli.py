@@ -1,5 +1,6 @@
 """``python -m src.report`` in-process on tiny random backbones: every backbone and score in the files, no NaN,
-figures embedded in the HTML, and a second run with one more backbone reusing the cached results."""
+figures embedded in the HTML, and a second run with one more backbone reusing the cached results; bad settings refused
+before any work (R22, R26, R29, R33); a second report into a live report's folder refused before Hydra writes (RC2)."""
 
 from __future__ import annotations
 
@@ -89,10 +90,38 @@ def test_bad_settings_fail_before_any_work(tmp_path) -> None:
         ("downstream.sets=[nosuchdata]", r"no data config 'nosuchdata'"),
         ("divergence_radius.m=0", r"m must be"),
         ("budgets=[1]", r"budgets must be integers >= 2"),
+        ("downstream.sets=[photos]", r"'photos' is not a downstream set: .*test crops come from photos of their own"),
+        ("downstream.sets=[{option:photos}]", r"'photos' is not a downstream set"),
+        ("baselines.eps=[0]", r"baselines\.eps\) must be a non-empty list of finite numbers > 0"),  # R33
+        ("tp_images=100000", r"tp_images must be an integer in \[2, 1797\]"),  # R26
+        ("synbench.n_train=2", r"synbench\.n_train must be an integer >= 4, got 2"),
     ):
         cfg = compose_cfg("report.yaml", [f"backbones=[{NETS[0]}]", *TINY, override], tmp_path)
         with pytest.raises(ValueError, match=match):
             run(cfg)
+    cfg = compose_cfg("report.yaml", [f"backbones=[{NETS[0]}]", *TINY, "synbench.n_train=abc"], tmp_path)
+    with pytest.raises(TypeError, match=r"synbench\.n_train must be an integer >= 4, got 'abc' \(str\)"):  # R29
+        run(cfg)
+    assert not list(tmp_path.glob("report.*"))  # refused before anything was written
+
+
+def test_r22_a_set_whose_test_labels_never_occur_in_training_is_refused() -> None:
+    """The label check behind the photos refusal, for any set (an image folder whose test classes are its own)."""
+    import torch
+
+    from src.report.__main__ import check_downstream_option, check_learnable_labels
+
+    check_learnable_labels("ok", torch.tensor([0, 1, 2, 1]), torch.tensor([2, 0]))
+    with pytest.raises(
+        ValueError, match=r"downstream.sets 'mine': its test labels \[3, 4\] never occur in its training"
+    ):
+        check_learnable_labels("mine", torch.tensor([0, 1]), torch.tensor([1, 3, 4]))
+    with pytest.raises(ValueError, match=r"raise downstream.max_items=2"):
+        check_learnable_labels("digits", torch.tensor([0, 1]), torch.tensor([5]), max_items=2)
+    with pytest.raises(ValueError, match=r"no data config 'nope'; choose from \[.*'digits'") as err:
+        check_downstream_option("nope")
+    assert "photos" not in str(err.value)  # not offered as a choice any more
+    check_downstream_option("gaussian")
 
 
 def test_downstream_max_items_caps_each_split_and_is_checked() -> None:
@@ -105,3 +134,39 @@ def test_downstream_max_items_caps_each_split_and_is_checked() -> None:
     assert full["digits"][0][0].shape[0] == 1078 and full["digits"][1][0].shape[0] == 359
     with pytest.raises(ValueError, match=r"downstream.max_items must be null or an integer >= 2"):
         downstream_sets(["digits"], 16, 0, None, max_items=1)
+
+
+def test_rc2_a_report_into_a_live_reports_folder_writes_nothing(tmp_path) -> None:
+    """Two real processes: a live holder of the folder (standing in for a running report: its lock and its files)
+    and ``python -m src.report`` pointed at the same folder, which exits 1 before Hydra writes .hydra/ or the log,
+    naming the folder, the live pid and the fix."""
+    import os
+    import socket
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from src.utils.run_dir import LOCK_NAME
+
+    folder = tmp_path / "repC2"
+    folder.mkdir()
+    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])  # killed below, 600 s: a bound
+    try:
+        lock = {"pid": live.pid, "host": socket.gethostname(), "started": "x", "kind": "run"}
+        (folder / LOCK_NAME).write_text(json.dumps(lock))
+        (folder / "report.md").write_text("the live report's table")
+        root = Path(__file__).resolve().parents[2]
+        refused = subprocess.run(
+            [sys.executable, "-m", "src.report", f"backbones=[{NETS[0]}]", *TINY, "cache_dir=null",
+             f"hydra.run.dir={folder}"],
+            cwd=root, env={**os.environ, "HF_HUB_OFFLINE": "1"}, capture_output=True, text=True,
+            timeout=300,  # the refusal comes right after the imports (~10 s on a loaded 2-core machine)
+        )  # fmt: skip
+    finally:
+        live.kill()
+        live.wait()
+    assert refused.returncode == 1, refused.stderr
+    assert f"run directory {folder} is in use by another run (pid {live.pid} " in refused.stderr
+    assert "pass another hydra.run.dir" in refused.stderr
+    assert sorted(p.name for p in folder.iterdir()) == sorted([LOCK_NAME, "report.md"])
+    assert (folder / "report.md").read_text() == "the live report's table"

@@ -131,3 +131,34 @@ def test_large_feature_offsets_keep_their_digits() -> None:
     off = synbench(lambda x: flat(x) + 1e6, input_shape=SHAPE, config=cfg)
     torch.testing.assert_close(off.accuracy, base.accuracy, rtol=0, atol=0.1 / cfg.n_test)
     torch.testing.assert_close(off.bound, base.bound, rtol=10 * 16 * _kappa() * 2.0**-53 * (1 + 1e6), atol=0)
+
+
+@pytest.mark.parametrize(
+    "field, value, error, match",
+    [
+        ("n_train", "abc", TypeError, r"^n_train must be an integer >= 4, got 'abc' \(str\)"),  # R29: no '<' on a str
+        (
+            "n_train",
+            2.5,
+            TypeError,
+            r"^n_train must be an integer >= 4, got 2.5 \(float\); a fraction is never rounded",
+        ),
+        ("n_train", True, TypeError, r"^n_train must be an integer >= 4"),
+        ("n_train", 2, ValueError, r"^n_train must be an integer >= 4, got 2 \(int\)"),
+        ("n_test", 0, ValueError, r"^n_test must be an integer >= 1"),
+        ("seed", -1, ValueError, r"^seed must be an integer >= 0"),
+        ("batch_size", "x", TypeError, r"^batch_size must be an integer >= 1"),
+        ("linalg_threads", 0, ValueError, r"^linalg_threads must be an integer >= 1"),
+        ("s_values", ["x"], TypeError, r"^s_values must hold numbers only, got 'x' \(str\)"),
+        ("class_prior", "half", TypeError, r"^class_prior must hold numbers only"),
+    ],
+)
+def test_r29_fields_are_type_checked_before_they_are_compared(field, value, error, match) -> None:
+    with pytest.raises(error, match=match):
+        SynBenchConfig(**{field: value})
+
+
+def test_integral_floats_are_read_as_integers() -> None:
+    """Hydra reads ``n_train=1e4`` as the float 10000.0: taken exactly, stored as an int."""
+    cfg = SynBenchConfig(n_train=1e4, n_test=np.int64(8), seed=0.0)
+    assert (cfg.n_train, cfg.n_test, cfg.seed) == (10000, 8, 0) and type(cfg.n_train) is int
