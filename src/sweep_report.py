@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import numbers
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -97,6 +98,13 @@ def choose(
     (no floor) the knee. A ValueError when no front point passes the floor."""
     if not front:
         raise ValueError("the Pareto front is empty: no trial is finished, finite and within the limits")
+    if floor is not None and (
+        isinstance(floor, bool) or not isinstance(floor, numbers.Real) or not math.isfinite(floor)
+    ):
+        raise ValueError(
+            f"floor must be a finite number (the worst acceptable second metric), got {floor!r}; a NaN floor passes "
+            "no comparison, so it would choose nothing it names"
+        )
     if floor is not None:
         passing = [i for i in front if not _pareto.better(floor, points[i][1], modes[1])]  # at least the floor
         if not passing:
@@ -250,6 +258,17 @@ def _direction(text: str) -> tuple[str, str]:
     return name, mode
 
 
+def _finite(text: str) -> float:
+    """``--floor``'s value: a finite number (``nan`` or ``inf`` would make the floor void: every point passes)."""
+    try:
+        number = float(text)
+    except ValueError:
+        number = float("nan")
+    if not math.isfinite(number):
+        raise argparse.ArgumentTypeError(f"--floor takes a finite number, e.g. --floor 0.8, got {text!r}")
+    return number
+
+
 def _limit(text: str) -> tuple[str, float]:
     name, _, value = text.rpartition("=")
     try:
@@ -275,7 +294,7 @@ def run(argv: Sequence[str] | None = None) -> Path:
         help="name=max|min for a metric without a direction",
     )
     ap.add_argument(
-        "--floor", type=float, default=None, help="choose the best --x among front points with --y at least this good"
+        "--floor", type=_finite, default=None, help="choose the best --x among front points with --y at least this good"
     )
     ap.add_argument(
         "--limit",

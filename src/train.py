@@ -16,6 +16,14 @@ Reliability contract:
 
 from __future__ import annotations
 
+if __name__ == "__main__" and not __package__:  # `python src/train.py`, lightning-hydra-template's habit (rootutils)
+    import sys
+    from pathlib import Path
+
+    _here = Path(__file__).resolve().parent  # src/: on sys.path as the script's folder, where it shadows names
+    sys.path[:] = [str(_here.parent)] + [p for p in sys.path if Path(p or ".").resolve() != _here]
+    __package__ = "src"  # the relative imports below then import this repository's package `src` (PEP 366)
+
 import logging
 import math
 import re
@@ -39,11 +47,12 @@ from .sweeps.storage import register_resolvers
 from .utils.allocator import keep_freed_memory
 from .utils.checkpoint import read_checkpoint
 from .utils.checkpoint_io import AtomicCheckpointIO
-from .utils.hparams import flat_hparams, log_hparams_with_metrics
-from .utils.hydra_utils import instantiate_list, log_config, to_container
+from .utils.console import announce_run, ignore_worker_advice, quiet_cli, task_overrides
+from .utils.hparams import headline_metrics, log_hparams_with_metrics, run_hparams
+from .utils.hydra_utils import instantiate_list, to_container
 from .utils.resources import config_dir
 from .utils.run_dir import RunDirectoryLock, is_child_rank
-from .utils.run_summary import print_summary, write_summary
+from .utils.run_summary import show_summary, write_summary
 
 log = logging.getLogger("repbench")
 register_resolvers()  # ${repbench_sqlite:...} of configs/hparams_search (the sweeper resolves it before any job)
@@ -155,6 +164,7 @@ def _run_stage(trainer: L.Trainer, stage: str, **kwargs: Any) -> None:
             # purpose and put everything else in train mode (RepBenchModule.on_fit_start): Lightning's "module(s) in
             # eval mode" warning is then expected, so silenced for this call only (a user's own fit still shows it)
             warnings.filterwarnings("ignore", message=r".*module\(s\) in eval mode at the start of training.*")
+            ignore_worker_advice(kwargs.get("datamodule"))  # data.num_workers=0 on purpose (in-memory data sets)
             getattr(trainer, stage)(weights_only=True, **kwargs)
     except SIGTERMException:  # Lightning raises it (a SystemExit with status 0!) after the current batch
         log.error(_resume_hint(trainer, f"{stage} stopped by SIGTERM"))
@@ -199,6 +209,13 @@ def check_trainer_length(cfg: DictConfig) -> None:
         )
 
 
+def _target_name(node: Any) -> str:
+    """``DigitsDataModule``, ``RobustLinearProbe (backbone timm:x)``: a config node's class, for progress lines."""
+    name = str(node.get("_target_", "?")).rpartition(".")[2]
+    backbone = node.get("backbone")
+    return f"{name} (backbone {backbone.get('name')})" if isinstance(backbone, DictConfig) else name
+
+
 def _run_dir(cfg: DictConfig) -> Path | None:
     out = (cfg.get("paths") or {}).get("output_dir")
     return Path(str(out)) if out else None
@@ -230,11 +247,10 @@ def train(cfg: DictConfig) -> tuple[dict[str, float], dict[str, Any]]:
 def _train(cfg: DictConfig, run_dir: Path | None) -> tuple[dict[str, float], dict[str, Any]]:
     started = time.time()
     if cfg.get("seed") is not None:
-        L.seed_everything(int(cfg.seed), workers=True)
+        L.seed_everything(int(cfg.seed), workers=True, verbose=False)  # the seed is in the run's first lines
     torch.set_float32_matmul_precision("high")
-    log.info("data <%s>", cfg.data._target_)
+    log.info("building %s and %s", _target_name(cfg.data), _target_name(cfg.model))  # a backbone may take seconds
     datamodule: L.LightningDataModule = instantiate(cfg.data, _convert_="all")
-    log.info("model <%s>", cfg.model._target_)
     model: L.LightningModule = instantiate(cfg.model, _convert_="all")
     ckpt_path = cfg.get("ckpt_path")
     resumed_step = 0
@@ -254,6 +270,7 @@ def _train(cfg: DictConfig, run_dir: Path | None) -> tuple[dict[str, float], dic
 
     metrics: dict[str, float] = {}
     if cfg.get("train", True):
+        log.info("fit: up to %s epoch(s)%s", trainer.max_epochs, f" from {ckpt_path}" if ckpt_path else "")
         _run_stage(trainer, "fit", model=model, datamodule=datamodule, ckpt_path=ckpt_path)
         if ckpt_path and trainer.global_step == resumed_step:
             raise ValueError(
@@ -268,13 +285,17 @@ def _train(cfg: DictConfig, run_dir: Path | None) -> tuple[dict[str, float], dic
         if not ckpt or trainer.fast_dev_run:
             log.warning("no best checkpoint found: testing the current weights")
             ckpt = None
+        log.info("test: %s", f"best checkpoint {Path(ckpt).name}" if ckpt else "current weights")
         _run_stage(trainer, "test", model=model, datamodule=datamodule, ckpt_path=ckpt, verbose=False)
         metrics.update(_scalars(trainer.callback_metrics))
     bad = [k for k, v in metrics.items() if not math.isfinite(v)]
     if bad:
         raise FloatingPointError(f"non-finite metrics after training: {bad}")
     if trainer.is_global_zero:
-        log_hparams_with_metrics(loggers, flat_hparams(to_container(cfg)), metrics)
+        hparams, varied = run_hparams(to_container(cfg), task_overrides())  # what a sweep varied first (HParams tab)
+        objective = cfg.get("optimized_metric")
+        objective = list(objective) if objective is not None and not isinstance(objective, str) else objective
+        log_hparams_with_metrics(loggers, hparams, headline_metrics(metrics, objective), varied)
         if run_dir is not None:
             write_summary(run_dir, metrics, _run_info(cfg, trainer, run_dir, time.time() - started))
     return metrics, {"cfg": cfg, "datamodule": datamodule, "model": model, "trainer": trainer}
@@ -336,13 +357,13 @@ def optimized_metric_value(cfg: DictConfig, metrics: dict[str, float]) -> float 
 
 
 @hydra.main(version_base="1.3", config_path=str(config_dir()), config_name="train.yaml")
+@quiet_cli()  # no third-party advertisements or known-harmless warnings, for this call only (src/utils/console.py)
 def main(cfg: DictConfig) -> float | None:
+    announce_run(cfg)  # the first lines, before anything slow: what runs, where, where the full config is
     keep_freed_memory()  # reuse freed activation memory (docs/speed.md)
-    log_config(cfg)
     metrics, objects = train(cfg)
     if objects["trainer"].is_global_zero:
-        print_summary(metrics, title=f"RepBench {cfg.get('task_name', 'train')}", caption=str(_run_dir(cfg) or ""))
-        log.info("metrics written to %s", _run_dir(cfg) / "metrics.json" if _run_dir(cfg) else "nowhere (no run dir)")
+        show_summary(metrics, f"RepBench {cfg.get('task_name', 'train')}", _run_dir(cfg))
     return optimized_metric_value(cfg, metrics)
 
 

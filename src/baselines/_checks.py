@@ -6,14 +6,15 @@ from __future__ import annotations
 
 import math
 import numbers
-import operator
 
 import torch
 from torch import Tensor
 
+from ..utils.checks import check_int
+
 F64 = torch.float64
 
-__all__ = ["check_features", "check_labels", "check_count", "check_real", "F64"]
+__all__ = ["check_features", "check_labels", "check_real", "F64"]
 
 
 def check_features(features: object, name: str = "features", min_rows: int = 2) -> Tensor:
@@ -57,25 +58,12 @@ def check_labels(labels: object, n: int, num_classes: int | None = None, name: s
         raise ValueError(f"{name} must have shape ({n},), one class id per feature row, got {tuple(labels.shape)}")
     y = labels.detach().to(torch.int64)
     lo, hi = int(y.min()), int(y.max())
-    c = hi + 1 if num_classes is None else check_count(num_classes, "num_classes", 2)
+    c = hi + 1 if num_classes is None else check_int(num_classes, "num_classes", 2)
     if lo < 0 or hi >= c:
         raise ValueError(
             f"{name} must lie in [0, {c}) (num_classes={c}), got values in [{lo}, {hi}]; relabel to 0 … C-1"
         )
     return y, c
-
-
-def check_count(value: object, name: str, minimum: int) -> int:
-    """``value`` as an int >= ``minimum`` (Python or numpy/torch integer; not a bool, string or fraction)."""
-    if isinstance(value, bool | str):
-        raise TypeError(f"{name} must be an integer >= {minimum}, got {value!r} ({type(value).__name__})")
-    try:
-        v = operator.index(value)
-    except TypeError:
-        raise TypeError(f"{name} must be an integer >= {minimum}, got {value!r} ({type(value).__name__})") from None
-    if v < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {v}")
-    return v
 
 
 def check_real(value: object, name: str, *, low: float, low_open: bool = True, high: float = math.inf) -> float:

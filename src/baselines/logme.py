@@ -54,7 +54,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from ._checks import F64, check_count, check_features, check_labels, check_real
+from ..utils.checks import check_int
+from ._checks import F64, check_features, check_labels, check_real
 
 __all__ = ["logme", "logme_from_moments", "class_evidence", "RANK_RTOL"]
 
@@ -179,6 +180,13 @@ def _keep(sigma: Tensor) -> Tensor:
 
 
 def _check_present(counts: Tensor) -> None:
+    """At least 2 classes (as SFDA: with one class every label is the same, e.g. a labelling bug that set every
+    label to 0, and the "transferability" would be that of a constant target), each with a sample."""
+    if counts.numel() < 2:
+        raise ValueError(
+            "LogME needs at least 2 classes, each with a sample; got class counts "
+            f"{[round(v) for v in counts.tolist()]}; every label is the same class: check the labels"
+        )
     empty = (counts == 0).nonzero().reshape(-1).tolist()
     if empty:
         raise ValueError(
@@ -188,7 +196,7 @@ def _check_present(counts: Tensor) -> None:
 
 
 def _options(max_iter: int | None, tol: float) -> tuple[int | None, float]:
-    return (None if max_iter is None else check_count(max_iter, "max_iter", 1)), check_real(tol, "tol", low=0.0)
+    return (None if max_iter is None else check_int(max_iter, "max_iter", 1)), check_real(tol, "tol", low=0.0)
 
 
 def logme(

@@ -42,8 +42,9 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from ..utils.checks import check_int
 from ..utils.threads import torch_threads
-from ._checks import F64, check_count, check_features, check_labels, check_real
+from ._checks import F64, check_features, check_labels, check_real
 
 __all__ = [
     "LossDataCurve",
@@ -76,7 +77,7 @@ class LossDataCurve:
     units: str = "nats"
 
     def __post_init__(self) -> None:
-        sizes = tuple(check_count(s, "sizes", 1) for s in self.sizes)
+        sizes = tuple(check_int(s, "sizes", 1) for s in self.sizes)
         losses = tuple(float(v) for v in self.losses)
         if not sizes or len(sizes) != len(losses):
             raise ValueError(f"LossDataCurve needs one loss per size, got {len(sizes)} sizes and {len(losses)} losses")
@@ -86,7 +87,7 @@ class LossDataCurve:
             raise ValueError(f"LossDataCurve losses must be finite and >= 0, got {losses}")
         if self.units not in UNITS:
             raise ValueError(f"units must be one of {sorted(UNITS)}, got {self.units!r}")
-        check_count(self.num_classes, "num_classes", 2)
+        check_int(self.num_classes, "num_classes", 2)
         object.__setattr__(self, "sizes", sizes)
         object.__setattr__(self, "losses", losses)
 
@@ -113,9 +114,9 @@ class Bound:
 def log_grid(n_max: int, n_points: int = 10, start: int = 10) -> tuple[int, ...]:
     """reprieve's default sizes: ceil(logspace(log10 start, log10 n_max, n_points)), duplicates removed."""
     n_max, n_points, start = (
-        check_count(n_max, "n_max", 1),
-        check_count(n_points, "n_points", 1),
-        check_count(start, "start", 1),
+        check_int(n_max, "n_max", 1),
+        check_int(n_points, "n_points", 1),
+        check_int(start, "start", 1),
     )
     if n_points == 1 or start >= n_max:
         return (n_max,)
@@ -198,7 +199,7 @@ def loss_data_curve(
     if units not in UNITS:
         raise ValueError(f"units must be one of {sorted(UNITS)}, got {units!r}")
     n = xtr.shape[0]
-    sizes = log_grid(n) if sizes is None else tuple(sorted({check_count(s, "sizes", 1) for s in sizes}))
+    sizes = log_grid(n) if sizes is None else tuple(sorted({check_int(s, "sizes", 1) for s in sizes}))
     if sizes[-1] > n:
         raise ValueError(f"sizes go up to {sizes[-1]} but the training set has {n} samples; pass sizes <= {n}")
     l2 = check_real(l2, "l2", low=0.0)
@@ -206,7 +207,7 @@ def loss_data_curve(
     mean, std = float(xtr.mean()), float(xtr.std())
     scale = 1.0 / std if std > 0 else 1.0
     xtr, xva = (xtr - mean) * scale, (xva - mean) * scale
-    order = torch.randperm(n, generator=torch.Generator().manual_seed(int(seed))).to(xtr.device)
+    order = torch.randperm(n, generator=torch.Generator().manual_seed(check_int(seed, "seed", 0))).to(xtr.device)
     losses = []
     for s in sizes:
         idx = order[:s]

@@ -6,8 +6,11 @@ Representations by Their Rank", ICML 2023, arXiv:2210.02885, eq. 1): with σ_1 �
 values of the embedding matrix Z itself (NOT centred, as the paper's definition; computed as √ of the eigenvalues
 of ZᵀZ or ZZᵀ, the smaller), p_k = σ_k/‖σ‖₁ + ε and
 RankMe = exp(−Σ_k p_k log p_k) (0·log 0 = 0 when ε = 0). σ_k = √λ_k(ZᵀZ). Higher is better (an effective rank in
-[1, m] for ε = 0). Note: the α-ReQ authors' ``reptrix`` library computes a "rankme" of the centred covariance
-eigenvalues instead (λ_k, not σ_k): a different number; we follow the RankMe paper.
+[1, m] for ε = 0). An eigenvalue at or below λ_max·max(n, D)·u (u the float64 unit roundoff) is taken as 0
+(:func:`rank_cut`): the Gram route computes eigenvalues with an absolute error ≈ u·λ_max, so the zero singular
+values of rank-deficient features would otherwise come out as σ ≈ √(u)·σ_max ≈ 1e-8·σ_max and move RankMe by up to
+≈ 1e-6 relative; with the cut, RankMe equals the definition over ``torch.linalg.svdvals(Z)`` to rounding.
+Note: the α-ReQ authors' ``reptrix`` library computes a "rankme" of the centred covariance eigenvalues instead (λ_k, not σ_k): a different number; we follow the RankMe paper.
 
 α-ReQ (Agrawal et al., "α-ReQ: Assessing Representation Quality in Self-Supervised Learning by measuring
 eigenspectrum decay", NeurIPS 2022): λ_1 ≥ λ_2 ≥ … the eigenvalues of the feature covariance (centred; the divisor
@@ -25,7 +28,8 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-from ._checks import F64, check_count, check_features, check_real
+from ..utils.checks import check_int
+from ._checks import F64, check_features, check_real
 
 __all__ = [
     "rankme",
@@ -38,6 +42,7 @@ __all__ = [
 
 DEFAULT_FIT_RANGE = (11, 100)  # 1-based ranks, inclusive (authors' np.arange(10, 100), 0-based)
 _ZERO_RTOL = 1e-12  # eigenvalues at or below 1e-12·λ_max are zero (no power law can be fitted there)
+_EPS64 = torch.finfo(F64).eps
 
 
 def _gram_eigenvalues(z: Tensor) -> Tensor:
@@ -53,6 +58,19 @@ def _sym_eigenvalues(gram: Tensor) -> Tensor:
     return torch.linalg.eigvalsh((gram + gram.T) / 2).flip(0).clamp_min(0.0)
 
 
+def rank_cut(eigenvalues: Tensor, n: int, d: int) -> Tensor:
+    """Eigenvalues λ (descending, >= 0) of the Gram matrix of an (n, D) float64 matrix with those at or below the
+    numerical-rank threshold λ_max·max(n, D)·u set to 0: torch.linalg.matrix_rank's rule (σ_max·max(N, D)·eps)
+    applied to the Gram matrix, whose singular values are the λ. A zero singular value of Z has a Gram eigenvalue
+    of rounding size (≈ u·λ_max: the product ZᵀZ and the eigensolver each err by a few u·λ_max), far below the
+    threshold; √ of it would be a spurious σ ≈ 1e-8·σ_max. Singular values below √(max(n, D)·u)·σ_max are
+    unresolvable through the Gram matrix either way."""
+    if eigenvalues.numel() == 0:
+        return eigenvalues
+    threshold = float(eigenvalues[0]) * max(n, d) * _EPS64
+    return torch.where(eigenvalues > threshold, eigenvalues, torch.zeros_like(eigenvalues))
+
+
 def _entropy_rank(sigma: Tensor, eps: float) -> float:
     """exp(−Σ p log p), p = σ/‖σ‖₁ + ε."""
     total = float(sigma.sum())
@@ -66,16 +84,17 @@ def rankme(features: Tensor, eps: float = 1e-7) -> float:
     """RankMe of ``features`` (n, D), uncentred, float64 (module docstring)."""
     z = check_features(features)
     eps = check_real(eps, "eps", low=0.0, low_open=False)
-    return _entropy_rank(_gram_eigenvalues(z).sqrt(), eps)
+    return _entropy_rank(rank_cut(_gram_eigenvalues(z), *z.shape).sqrt(), eps)
 
 
 def rankme_from_gram(gram: Tensor, n: int, eps: float = 1e-7) -> float:
     """RankMe from ZᵀZ (D, D) and n: σ_k = √λ_k(ZᵀZ) for the m = min(n, D) largest eigenvalues (a Gram matrix is
-    positive semi-definite, so a rounding-level negative eigenvalue is taken as its exact value 0)."""
+    positive semi-definite, so a rounding-level negative eigenvalue is taken as its exact value 0, and one below the
+    numerical-rank threshold too: :func:`rank_cut`)."""
     eps = check_real(eps, "eps", low=0.0, low_open=False)
-    n = check_count(n, "n", 1)
+    n = check_int(n, "n", 1)
     lam = _sym_eigenvalues(gram.to(F64))[: min(n, gram.shape[0])]
-    return _entropy_rank(lam.sqrt(), eps)
+    return _entropy_rank(rank_cut(lam, n, gram.shape[0]).sqrt(), eps)
 
 
 def check_fit_range(fit_range: object, available: int | None = None) -> tuple[int, int]:
@@ -87,7 +106,7 @@ def check_fit_range(fit_range: object, available: int | None = None) -> tuple[in
             f"fit_range must be (first, last) ranks of the α-ReQ power-law fit, e.g. fit_range=(11, 100) (the "
             f"authors'), got {fit_range!r}"
         )
-    lo, hi = (check_count(v, "fit_range", 1) for v in fit_range)
+    lo, hi = (check_int(v, "fit_range", 1) for v in fit_range)
     if hi <= lo:
         raise ValueError(f"fit_range={tuple(fit_range)} must be (first, last) ranks with first < last, 1-based")
     if available is not None and hi > available:
@@ -129,7 +148,7 @@ def alpha_req_from_moments(
 ) -> float:
     """α-ReQ from Σ z zᵀ (D, D), Σ z (D,) and n: eigenvalues of the scatter Σ zzᵀ − (Σz)(Σz)ᵀ/n (raw float64
     moments: relative error ≈ u·‖mean‖²/λ_i)."""
-    n = check_count(n, "n", 2)
+    n = check_int(n, "n", 2)
     scatter = sum_outer.to(F64) - torch.outer(total.to(F64), total.to(F64)) / n
     lam = _sym_eigenvalues(scatter)
     return power_law_exponent(lam[: min(n - 1, lam.numel())], fit_range)

@@ -44,6 +44,7 @@ from torch import Tensor, nn
 
 from ..backbones.weights import state_fingerprint
 from ..features.owner import owner_module
+from ..utils.checks import check_int
 from ..utils.digits import check_image_size
 from ..utils.modes import eval_mode
 from ..utils.normalization import ChannelNormalization, Normalize, monitor_normalization
@@ -311,8 +312,9 @@ class BackboneMonitor(L.Callback):
         normalize: Normalize = None,
         denormalize: Any = None,
     ) -> None:
-        if isinstance(every_n_epochs, bool) or int(every_n_epochs) < 1:
-            raise ValueError(f"every_n_epochs must be >= 1, got {every_n_epochs}")
+        name = type(self).__name__
+        #: a period of whole epochs (1.5 was truncated to 1 before: a monitor then ran every epoch)
+        self.every_n_epochs = check_int(every_n_epochs, f"{name}: every_n_epochs", 1, meaning="epochs between runs")
         if not isinstance(prefix, str) or not prefix.strip("/"):
             raise ValueError(f"prefix must be a non-empty log-name prefix such as 'val', got {prefix!r}")
         if feature_fn is not None and not callable(feature_fn):
@@ -320,7 +322,6 @@ class BackboneMonitor(L.Callback):
                 f"{type(self).__name__}: feature_fn must be a callable (pl_module, images) -> (N, D) features, got "
                 f"{type(feature_fn).__name__}"
             )
-        self.every_n_epochs = int(every_n_epochs)
         self.feature_fn = feature_fn
         self.skip_unchanged = bool(skip_unchanged)
         self.prefix = prefix.rstrip("/")
@@ -394,11 +395,11 @@ class BackboneMonitor(L.Callback):
         self.uses_images = True
         self.images_source: str | Tensor = check_image_source(images, name)
         self.num_images = check_num_images(num_images, self.images_source, name)
-        self.min_images = int(min_images)
+        self.min_images = check_int(min_images, f"{name}: min_images", 1)
         if self.num_images < self.min_images:
             raise ValueError(f"{name}: num_images must be >= {self.min_images}, got {num_images}")
         self.image_size = check_image_size(image_size, "image_size", f"{name}: set image_size=64 (say)")
-        self.seed, self.resize = int(seed), bool(resize)
+        self.seed, self.resize = check_int(seed, f"{name}: seed", meaning="of the photo crops"), bool(resize)
         #: the probe set once built, [0, 1] pixels (a tensor's now: refused here, not at the first epoch end)
         self.images: Tensor | None = self._build(None) if isinstance(self.images_source, Tensor) else None
 

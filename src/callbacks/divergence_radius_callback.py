@@ -37,6 +37,7 @@ from torch import Tensor
 from ..divergence_radius.config import DivergenceRadiusConfig
 from ..divergence_radius.protocol import PerturbationCache, cache_perturbations
 from ..metrics.divergence_radius import robustness_metrics
+from ..utils.checks import check_int
 from ..utils.distributed import Shard
 from ..utils.modes import eval_mode
 from ..utils.normalization import Normalize
@@ -146,11 +147,9 @@ class DivergenceRadiusCallback(BackboneMonitor):
             every_n_epochs, feature_fn, skip_unchanged, prefix, at_train_start, progress, normalize, denormalize
         )
         images = _deprecated_source(source, images)
-        if isinstance(image_size, bool) or not isinstance(image_size, int) or image_size < 16:
-            raise ValueError(
-                f"DivergenceRadiusCallback: image_size must be an integer >= 16 (the perturbations' smallest side), "
-                f"got {image_size!r}"
-            )
+        image_size = check_int(
+            image_size, "DivergenceRadiusCallback: image_size", 16, meaning="the perturbations' smallest side"
+        )
         self.config = DivergenceRadiusConfig.merged(
             config, perturbations=perturbations, m=m, mode=mode, seed=seed, chunk_size=chunk_size
         )

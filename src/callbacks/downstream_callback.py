@@ -28,6 +28,7 @@ from torch import Tensor
 
 from ..divergence_radius.downstream import fit_linear_probe, knn_predict
 from ..features import FeatureExtractor
+from ..utils.checks import check_int
 from ..utils.distributed import Shard, all_reduce_sum
 from ..utils.modes import eval_mode
 from ..utils.normalization import Normalize
@@ -108,19 +109,17 @@ class DownstreamProbeCallback(BackboneMonitor):
                 raise ValueError(f"{_NAME}: {name} must be one of {SPLITS}, got {split!r}")
         if fit_split == eval_split:
             raise ValueError(f"{_NAME}: fit_split and eval_split are both {fit_split!r}; score on held-out images")
-        for name, value in (("max_fit_images", max_fit_images), ("max_eval_images", max_eval_images)):
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-                raise ValueError(f"{_NAME}: {name} must be an integer >= 1 or None (all), got {value!r}")
-        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-            raise ValueError(f"{_NAME}: k must be an integer >= 1 (neighbours), got {k!r}")
+        max_fit_images, max_eval_images = (
+            None if value is None else check_int(value, f"{_NAME}: {name}", 1, meaning="or None (all)")
+            for name, value in (("max_fit_images", max_fit_images), ("max_eval_images", max_eval_images))
+        )
+        k = check_int(k, f"{_NAME}: k", 1, meaning="neighbours")
         if not float(knn_temperature) > 0 or not float(C) > 0:
             raise ValueError(f"{_NAME}: knn_temperature and C must be > 0, got {knn_temperature!r} and {C!r}")
-        if isinstance(max_batch, bool) or not isinstance(max_batch, int) or max_batch < 1:
-            raise ValueError(f"{_NAME}: max_batch must be an integer >= 1 (images per forward), got {max_batch!r}")
+        self.max_batch = check_int(max_batch, f"{_NAME}: max_batch", 1, meaning="images per forward")
         self.fit_split, self.eval_split = fit_split, eval_split
         self.max_fit_images, self.max_eval_images = max_fit_images, max_eval_images
-        self.k, self.knn_temperature, self.C = int(k), float(knn_temperature), float(C)
-        self.max_batch = max_batch
+        self.k, self.knn_temperature, self.C = k, float(knn_temperature), float(C)
         self.datamodule = data  # the labelled probe set of its own (None: the trainer's data module)
         self.data: dict[str, tuple[Tensor, Tensor]] = {}  # split -> (pixel images, labels), read before training
 

@@ -41,6 +41,7 @@ from ..baselines._checks import check_real
 from ..baselines.spectral import DEFAULT_FIT_RANGE, check_fit_range
 from ..features import FeatureExtractor
 from ..metrics.baselines import AlphaReQ, RankMe
+from ..utils.checks import check_int
 from ..utils.distributed import Shard, all_reduce_sum
 from ..utils.modes import eval_mode
 from ..utils.normalization import Normalize
@@ -129,9 +130,7 @@ class RepresentationSpectrumCallback(BackboneMonitor):
             if collapse_threshold is None
             else check_real(collapse_threshold, f"{_NAME}: collapse_threshold (None = no collapse warning)", low=0.0)
         )
-        if isinstance(max_batch, bool) or not isinstance(max_batch, int) or max_batch < 1:
-            raise ValueError(f"{_NAME}: max_batch must be an integer >= 1 (images per forward), got {max_batch!r}")
-        self.max_batch = max_batch
+        self.max_batch = check_int(max_batch, f"{_NAME}: max_batch", 1, meaning="images per forward")
         # a spectrum needs several images; validation images at their own size (the trained resolution)
         self._init_images(images, num_images, image_size, seed=seed, resize=False, min_images=2)
         self._alpha_warned = False

@@ -28,6 +28,7 @@ from ..metrics.task_prior import TaskPriorMoments
 from ..task_prior.config import TaskPriorConfig
 from ..task_prior.conventions import TaskPriorConvention, resolve_convention
 from ..task_prior.validation import ZERO_NORM, check_block_size
+from ..utils.checks import check_int
 from ..utils.digits import check_image_size
 from ..utils.distributed import Shard, all_reduce_sum
 from ..utils.modes import eval_mode
@@ -123,11 +124,7 @@ class TaskPriorCallback(BackboneMonitor):
         # validation images at their own size (resize=False keeps the numbers of earlier versions); a kernel needs pairs
         self._init_images(images, num_images, image_size, resize=False, min_images=2)
         self.block_size = check_block_size(block_size)
-        if isinstance(max_batch, bool) or not isinstance(max_batch, int) or max_batch < 1:
-            raise ValueError(
-                f"TaskPriorCallback: max_batch must be an integer >= 1 (images per forward), got {max_batch!r}"
-            )
-        self.max_batch = max_batch
+        self.max_batch = check_int(max_batch, "TaskPriorCallback: max_batch", 1, meaning="images per forward")
         self._prior_share: Tensor | None = None  # prior features of this rank's share
 
     @property

@@ -35,6 +35,7 @@ import torch
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset, Sampler
 
+from ..utils.checks import check_int
 from ..utils.numerics import mix_seed
 
 __all__ = [
@@ -74,10 +75,8 @@ class SeededRandomSampler(Sampler[int]):
     """
 
     def __init__(self, n: int, seed: int = 0, position: Callable[[], tuple[int, int] | None] | None = None) -> None:
-        if int(n) < 0:
-            raise ValueError(f"n must be >= 0, got {n}")
-        self.n = int(n)
-        self.seed = int(seed)
+        self.n = check_int(n, "n", 0, meaning="samples to order")
+        self.seed = check_int(seed, "seed")
         self.epoch = 0
         self.position = position
 
@@ -252,15 +251,14 @@ def distributed_world() -> tuple[int, int]:
 
 
 def check_loader_args(batch_size: object, num_workers: object = 0) -> tuple[int, int]:
-    """``batch_size`` >= 1 and ``num_workers`` >= 0 as ints, or a ValueError naming the config key to fix."""
-    try:
-        bs, nw = int(batch_size), int(num_workers)  # type: ignore[call-overload]
-    except (TypeError, ValueError) as err:
-        raise ValueError(f"batch_size and num_workers must be integers, got {batch_size!r}, {num_workers!r}") from err
-    if bs < 1:
-        raise ValueError(f"batch_size must be >= 1, got {batch_size}; set data.batch_size to a positive integer")
-    if nw < 0:
-        raise ValueError(f"num_workers must be >= 0, got {num_workers}; set data.num_workers=0 to load in-process")
+    """``batch_size`` >= 1 and ``num_workers`` >= 0 as ints (:func:`~src.utils.checks.check_int`: 1.5 is refused,
+    not truncated to 1), else a TypeError (not an integer) or ValueError (out of range) naming the config key to fix."""
+    bs = check_int(
+        batch_size, "batch_size", 1, meaning="samples per batch", fix="set data.batch_size to a positive integer"
+    )
+    nw = check_int(
+        num_workers, "num_workers", 0, meaning="loader processes", fix="set data.num_workers=0 to load in-process"
+    )
     return bs, nw
 
 
@@ -303,7 +301,7 @@ def make_loader(
 
 def check_num_classes(expected: int | None, actual: int, name: str) -> None:
     """The config's ``data.num_classes`` (feeds ``model.num_classes``) must match the data."""
-    if expected is not None and int(expected) != int(actual):
+    if expected is not None and check_int(expected, "data.num_classes", 1) != int(actual):
         raise ValueError(f"{name} has {actual} classes but data.num_classes={expected}; set data.num_classes={actual}")
 
 

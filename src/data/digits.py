@@ -6,6 +6,7 @@ import torch
 from torch import Tensor
 from torch.utils.data import Dataset
 
+from ..utils.checks import check_int
 from ..utils.digits import _INTERPOLATIONS, check_image_size, load_digits_tensors, upsample_digits
 from .common import IndexedDataset, SplitsDataModule, carve_splits, check_fractions, check_num_classes
 
@@ -86,10 +87,10 @@ class DigitsDataModule(SplitsDataModule):
         if interpolation not in _INTERPOLATIONS:
             raise ValueError(f"unknown interpolation {interpolation!r}; expected one of {_INTERPOLATIONS}")
         self.image_size = int(image_size)
-        self.batch_size = int(batch_size)
+        self.batch_size = batch_size  # checked by the property (1.5 refused, not truncated)
         self.val_fraction, self.test_fraction = float(val_fraction), float(test_fraction)
-        self.seed = int(seed)
-        self.num_workers = int(num_workers)
+        self.seed = check_int(seed, "data.seed", fix="set seed=<integer> (data.seed follows it)")
+        self.num_workers = num_workers
         self.interpolation = interpolation
         self.train_dataset: IndexedDataset | None = None
         self.val_dataset: IndexedDataset | None = None

@@ -7,12 +7,11 @@ can be compared with. Samples come from :mod:`src.synbench.sampling` (seeded, in
 
 from __future__ import annotations
 
-import numbers
-
 import torch
 from torch.utils.data import TensorDataset
 
 from ..synbench.sampling import sample
+from ..utils.checks import check_int
 from .common import IndexedDataset, SplitsDataModule
 
 __all__ = ["GaussianTaskDataModule"]
@@ -45,13 +44,13 @@ class GaussianTaskDataModule(SplitsDataModule):
         if not s > 0:
             raise ValueError(f"s must be > 0 (Bayes accuracy Phi(s)), got {s}")
         for key, n in (("n_train", n_train), ("n_val", n_val), ("n_test", n_test)):
-            if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 1:
-                raise ValueError(f"{key} must be an integer >= 1 (samples), got {n!r}; set data.{key}")
+            check_int(n, key, 1, meaning="samples", fix=f"set data.{key}")
         if num_classes not in (None, 2):
             raise ValueError(f"the Gaussian task is binary: num_classes must be 2, got {num_classes}")
         self.save_hyperparameters()
         self.num_classes = 2
-        self.batch_size, self.seed, self.num_workers = int(batch_size), int(seed), int(num_workers)
+        self.batch_size, self.num_workers = batch_size, num_workers  # checked by the properties (never truncated)
+        self.seed = check_int(seed, "data.seed", fix="set seed=<integer> (data.seed follows it)")
 
     @property
     def bayes_accuracy(self) -> float:

@@ -13,6 +13,7 @@ import torch
 from torch import Tensor
 from torch.utils.data import TensorDataset
 
+from ..utils.checks import check_int
 from ..utils.numerics import mix_seed
 from ..utils.photos import PHOTO_NAMES, load_photo, random_crops
 from .common import IndexedDataset, SplitsDataModule
@@ -59,19 +60,19 @@ class PhotosDataModule(SplitsDataModule):
             raise ValueError(f"photos {sorted(set(val) & set(test))} are in both val_photos and test_photos")
         if not set(photos) - set(val) - set(test):
             raise ValueError("every photo is a validation or test photo: leave at least one for training")
-        if int(image_size) < 16:
-            raise ValueError(f"image_size must be >= 16, got {image_size}")
-        if int(num_train) < 1 or int(num_val) < 1 or int(num_test) < 1:
-            raise ValueError(f"num_train, num_val and num_test must be >= 1, got {num_train}, {num_val}, {num_test}")
+        image_size = check_int(image_size, "data.image_size", 16, meaning="pixels per side")
+        num_train, num_val, num_test = (
+            check_int(v, f"data.{k}", 1, meaning="crops") for k, v in
+            (("num_train", num_train), ("num_val", num_val), ("num_test", num_test))
+        )  # fmt: skip
         if not 0.0 < float(min_scale) <= 1.0:
             raise ValueError(f"min_scale must be in (0, 1], got {min_scale}")
         self.photos, self.val_photos, self.test_photos = photos, val, test
-        self.image_size, self.num_train, self.num_val = int(image_size), int(num_train), int(num_val)
-        self.num_test = int(num_test)
+        self.image_size, self.num_train, self.num_val, self.num_test = image_size, num_train, num_val, num_test
         self.min_scale = float(min_scale)
-        self.batch_size = int(batch_size)
-        self.seed = int(seed)
-        self.num_workers = int(num_workers)
+        self.batch_size = batch_size  # checked by the property (1.5 refused, not truncated)
+        self.seed = check_int(seed, "data.seed", fix="set seed=<integer> (data.seed follows it)")
+        self.num_workers = num_workers
 
     def setup(self, stage: str | None = None) -> None:
         """Load the photos and cut the crops (idempotent)."""

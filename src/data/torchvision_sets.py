@@ -25,6 +25,7 @@ from urllib.parse import urlparse
 import torch
 from torch.utils.data import Dataset
 
+from ..utils.checks import check_int
 from ..utils.network import offline_reason as _offline_reason
 from .common import IndexedDataset, SplitsDataModule, carve_splits, check_fractions, check_num_classes
 
@@ -212,8 +213,13 @@ class TorchvisionDataModule(SplitsDataModule):
         self.name, self.root = name, Path(root)
         self.val_root = Path(val_root) if val_root else None
         self.test_root = Path(test_root) if test_root else None
-        self.image_size, self.batch_size, self.download = int(image_size), int(batch_size), bool(download)
-        self.seed, self.val_fraction, self.num_workers = int(seed), float(val_fraction), int(num_workers)
+        self.image_size = check_int(image_size, "data.image_size", 1, meaning="pixels per side")
+        self.batch_size, self.download = batch_size, bool(download)  # batch_size: checked by the property
+        self.seed, self.val_fraction, self.num_workers = (
+            check_int(seed, "data.seed", fix="set seed=<integer> (data.seed follows it)"),
+            float(val_fraction),
+            num_workers,
+        )
         self.test_fraction = float(test_fraction)
         self.train_transform, self.crop_pct = train_transform, float(crop_pct)
         self._train_tf = build_transform(self.image_size, train_transform, self.crop_pct)

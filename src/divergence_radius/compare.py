@@ -336,8 +336,11 @@ def figure_prefixes(labels: Sequence[str]) -> dict[str, str]:
 
 def comparison_figures(results: Mapping[str, RobustnessReport]) -> dict[str, Any]:
     """Each backbone's figures (:meth:`RobustnessReport.figures`, prefixed per :func:`figure_prefixes`) and
-    ``r_dr_by_perturbation.png``: mean R_dr per perturbation, one bar per backbone (the paper's Fig. 4)."""
+    ``r_dr_by_perturbation.png``: mean R_dr per perturbation, one bar per backbone (the paper's Fig. 4), on R_dr's
+    fixed [0, 1] range (:mod:`src.divergence_radius.figures`)."""
     from matplotlib.figure import Figure
+
+    from .figures import robustness_axis
 
     out: dict[str, Any] = {}
     for label, prefix in figure_prefixes(list(results)).items():
@@ -351,9 +354,9 @@ def comparison_figures(results: Mapping[str, RobustnessReport]) -> dict[str, Any
         xs = [j + (b - (len(results) - 1) / 2) * width for j, p in enumerate(perturbations) if p in by_name]
         ax.bar(xs, [by_name[p] for p in perturbations if p in by_name], width, label=label)
     ax.set_xticks(range(len(perturbations)), [p.replace("_", "\n") for p in perturbations], fontsize=7)
-    ax.set_ylabel("mean R_dr over test images (lower = more robust)", fontsize=8)
+    robustness_axis(ax, "mean R_dr over test images\n(lower = more robust)")  # fixed [0, 1]: R_dr's range
     ax.set_title("DivergenceRadius per perturbation", fontsize=9)
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=7, loc="upper right")
     fig.tight_layout()
     out["r_dr_by_perturbation.png"] = fig
     return out

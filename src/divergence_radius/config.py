@@ -10,26 +10,17 @@ perturbation registry, :mod:`src.perturbations.registry`.
 from __future__ import annotations
 
 import dataclasses
-import numbers
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
 from ..perturbations.registry import check_m, check_mode, check_perturbation_names
+from ..utils.checks import check_int
 
 __all__ = ["DivergenceRadiusConfig"]
 
 #: seeds are mixed as 64-bit words (``src.utils.numerics.mix_seed``) and ``seed + 1`` seeds torch generators
 SEED_LIMIT = 2**63
-
-
-def _check_int(value: object, key: str, low: int, high: int | None, meaning: str) -> int:
-    """``value`` as an int in [low, high) (an integer, not a bool or a float), else a ValueError naming ``key``."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < low:
-        raise ValueError(f"{key} must be an integer >= {low} ({meaning}), got {value!r} ({type(value).__name__})")
-    if high is not None and value >= high:
-        raise ValueError(f"{key} must be an integer below 2^63 ({meaning}), got {value}")
-    return int(value)
 
 
 @dataclass(frozen=True)
@@ -58,9 +49,13 @@ class DivergenceRadiusConfig:
             "perturbations": check_perturbation_names(self.perturbations, "perturbations"),
             "m": check_m(self.m, "m"),
             "mode": check_mode(self.mode, "mode"),
-            "seed": _check_int(self.seed, "seed", 0, SEED_LIMIT, "the seed of the random perturbations"),
-            "chunk_size": _check_int(self.chunk_size, "chunk_size", 1, None, "images per chunk of the sweep"),
+            "seed": check_int(self.seed, "seed", 0, meaning="the seed of the random perturbations"),
+            "chunk_size": check_int(self.chunk_size, "chunk_size", 1, meaning="images per chunk of the sweep"),
         }
+        if checked["seed"] >= SEED_LIMIT:
+            raise ValueError(
+                f"seed must be an integer below 2^63 (the seed of the random perturbations), got {self.seed}"
+            )
         for name, value in checked.items():
             object.__setattr__(self, name, value)  # frozen: normalised values (tuple, int) set once here
 

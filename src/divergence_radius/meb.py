@@ -43,6 +43,7 @@ from functools import partial
 import torch
 from torch import Tensor
 
+from ..utils.checks import check_int
 from ..utils.numerics import pow2_exponent, times_pow2
 
 __all__ = ["minimum_enclosing_ball", "meb_radius_from_gram"]
@@ -98,11 +99,8 @@ def _check_limit(value: object, name: str, minimum: int) -> None:
     """The deprecated solver options ``max_enumerate``/``max_support``: validated, then a FutureWarning (no effect)."""
     if value is None:
         return
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(
-            f"{name} must be an integer >= {minimum}, got {value!r} ({type(value).__name__}); it is deprecated and "
-            "has no effect (the solver handles any support size): drop the argument"
-        )
+    fix = "it is deprecated and has no effect (the solver handles any support size): drop the argument"
+    check_int(value, name, minimum, fix=fix)
     warnings.warn(
         f"minimum_enclosing_ball: {name} is deprecated and has no effect (the exact solver is polynomial in the "
         "support size, with no enumeration limit); drop the argument",

@@ -38,6 +38,7 @@ import torch
 from torch import Tensor
 
 from ..utils.allocator import freed_memory_kept
+from ..utils.checks import check_int
 from ..utils.modes import eval_mode as _eval_mode
 from .compiled import CompiledForward
 from .formats import resolve_memory_format, to_memory_format
@@ -88,15 +89,14 @@ class FeatureExtractor:
     ) -> None:
         if not callable(feature_fn):
             raise TypeError(f"feature_fn must be callable (e.g. backbone.embed), got {type(feature_fn).__name__}")
-        if isinstance(max_batch, bool) or not isinstance(max_batch, int) or max_batch < 1:
-            raise ValueError(f"max_batch must be an integer >= 1, got {max_batch!r}")
-        if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
-            raise ValueError(f"threads must be None (leave torch's setting) or an integer >= 1, got {threads!r}")
+        max_batch = check_int(max_batch, "max_batch", 1, meaning="images per forward")
+        if threads is not None:
+            threads = check_int(threads, "threads", 1, meaning="None leaves torch's setting")
         if not isinstance(compile, bool):
             raise ValueError(f"compile must be True or False, got {compile!r}")
         self.feature_fn = feature_fn
         self.device = torch.device(device) if device is not None else None
-        self.max_batch = int(max_batch)
+        self.max_batch = max_batch
         self.inference = bool(inference)
         self.module = owner_module(feature_fn)
         self.memory_format_choice = memory_format

@@ -19,8 +19,9 @@ from torch import Tensor
 from torchmetrics import Metric
 
 from ..baselines import alpha_req_from_moments, logme_from_moments, rankme_from_gram
-from ..baselines._checks import check_count, check_features, check_labels
+from ..baselines._checks import check_features, check_labels
 from ..baselines.spectral import DEFAULT_FIT_RANGE
+from ..utils.checks import check_int
 from ._plot import PlotMixin
 
 __all__ = ["AlphaReQ", "LogME", "RankMe"]
@@ -36,7 +37,7 @@ class _SecondMoments(PlotMixin, Metric):
 
     def __init__(self, num_features: int, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.num_features = check_count(num_features, "num_features", 1)
+        self.num_features = check_int(num_features, "num_features", 1)
         d = self.num_features
         self.add_state("sum_outer", torch.zeros(d, d, dtype=F64), dist_reduce_fx="sum")
         self.add_state("total", torch.zeros(d, dtype=F64), dist_reduce_fx="sum")
@@ -103,8 +104,8 @@ class LogME(PlotMixin, Metric):
 
     def __init__(self, num_features: int, num_classes: int, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.num_features = check_count(num_features, "num_features", 1)
-        self.num_classes = check_count(num_classes, "num_classes", 2)
+        self.num_features = check_int(num_features, "num_features", 1)
+        self.num_classes = check_int(num_classes, "num_classes", 2)
         d, c = self.num_features, self.num_classes
         self.add_state("gram", torch.zeros(d, d, dtype=F64), dist_reduce_fx="sum")
         self.add_state("fty", torch.zeros(d, c, dtype=F64), dist_reduce_fx="sum")

@@ -35,6 +35,7 @@ from ..callbacks.collapse_alarm import CollapseAlarmWarning
 from ..callbacks.spectrum_callback import RepresentationCollapseWarning
 from ..data.digits import DigitsDataModule
 from ..utils.atomic_write import atomic_write_bytes
+from ..utils.checks import check_int
 
 __all__ = ["OBJECTIVES", "StudyPlan", "run_key", "run_study"]
 
@@ -68,8 +69,7 @@ class StudyPlan:
             raise ValueError(f"lrs must be distinct learning rates > 0, got {list(self.lrs)}")
         if not self.seeds or len(set(self.seeds)) != len(self.seeds):
             raise ValueError(f"seeds must be distinct integers, got {list(self.seeds)}")
-        if isinstance(self.epochs, bool) or not isinstance(self.epochs, int) or self.epochs < 1:
-            raise ValueError(f"epochs must be an integer >= 1, got {self.epochs!r}")
+        object.__setattr__(self, "epochs", check_int(self.epochs, "epochs", 1))
         unknown = sorted(set(self.monitors) - set(MONITORS))
         if unknown:
             raise ValueError(f"monitors has unknown keys {unknown}; the monitors are {sorted(MONITORS)}")

@@ -15,6 +15,7 @@ from types import MappingProxyType
 import torch
 from torch import Tensor
 
+from ..utils.checks import check_int
 from ..utils.numerics import check_generator
 from .blur import defocus_blur, glass_blur
 from .elastic import elastic_transform
@@ -343,10 +344,7 @@ def parameter_grid(name: str, m: int, mode: str = "equal", generator: torch.Gene
 def sample_parameters(name: str, n: int, generator: torch.Generator | None = None) -> Tensor:
     """``n`` >= 0 draws uniform on the domain of ``name`` (float64, CPU; unsorted)."""
     a, b = _get(name).domain
-    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
-        raise ValueError(
-            f"n must be an integer >= 0 (the number of parameters to draw), got {n!r} ({type(n).__name__})"
-        )
+    n = check_int(n, "n", 0, meaning="the number of parameters to draw")
     check_generator(generator)
     gen_device = generator.device if generator is not None else "cpu"
     u = torch.rand(n, generator=generator, dtype=torch.float64, device=gen_device).cpu()

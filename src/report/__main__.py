@@ -40,11 +40,22 @@ def synbench_block(block: dict[str, Any]) -> Any:
         raise type(err)(prefix + text) from err
 
 
+def agreement_options(cfg: DictConfig) -> tuple[int, float]:
+    """(``agreement.n_boot``, ``agreement.level``) of a composed report.yaml, checked (an integer >= 1, a number in
+    (0, 1)): a bad value is refused before any work, not after every part has been computed."""
+    from ..utils.rank_agreement import check_agreement_options
+
+    block = cfg.get("agreement") or {}
+    return check_agreement_options(block.get("n_boot", 2000), block.get("level", 0.9), prefix="agreement.")
+
+
 def audit_config(cfg: DictConfig) -> Any:
-    """The :class:`~src.report.audit.AuditConfig` of a composed report.yaml (every field checked here)."""
+    """The :class:`~src.report.audit.AuditConfig` of a composed report.yaml (every field checked here, the
+    ``agreement`` block too: :func:`agreement_options`)."""
     from ..synbench import SynBenchConfig
     from .audit import AuditConfig
 
+    agreement_options(cfg)
     plain = OmegaConf.to_container(cfg, resolve=True)
     down = dict(plain["downstream"])
     synbench = SynBenchConfig() if plain["full"] else synbench_block(plain["synbench"])
@@ -152,7 +163,7 @@ def run(cfg: DictConfig) -> str:
         )
     results = run_audit(backbones, config, downstream=sets, cache_dir=cfg.cache_dir, device=cfg.device,
                         progress=bool(cfg.progress))  # fmt: skip
-    md = write_audit(results, out, int(cfg.agreement.n_boot), float(cfg.agreement.level))["md"].read_text()
+    md = write_audit(results, out, *agreement_options(cfg))["md"].read_text()
     log.info(
         "Backbone audit (%.0f s; cache: %d reused, %d computed):\n%s\nwritten to %s (open report.html)",
         time.perf_counter() - t0, results.cache_hits, results.cache_misses, md, out,

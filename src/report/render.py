@@ -242,6 +242,8 @@ def _figures(results: AuditResults, rows: Sequence[Mapping[str, Any]], agree: Se
         res = {lab: SynBenchResult.from_dict(dict(results.values[lab]["synbench"])) for lab in labels}
         figs["curves.png"] = comparison_figures(res)["curves.png"]
     if all("divergence_radius" in results.values[lab] for lab in labels):
+        from ..divergence_radius.figures import robustness_axis
+
         names = list(results.values[labels[0]]["divergence_radius"]["r_dr"])
         fig = Figure(figsize=(9, 3.2))
         ax = fig.add_subplot()
@@ -251,9 +253,10 @@ def _figures(results: AuditResults, rows: Sequence[Mapping[str, Any]], agree: Se
             r = results.values[lab]["divergence_radius"]["r_dr"]
             ax.bar(x + i * w - 0.4 + w / 2, [r[n] for n in names], w, label=lab)
         ax.set_xticks(x, [n.replace("_", "\n") for n in names], fontsize=7)
-        ax.set_ylabel("mean R_dr (lower = more robust)")
-        ax.legend(fontsize=6)
+        robustness_axis(ax, "mean R_dr\n(lower = more robust)")  # R_dr's fixed [0, 1] range, as every R_dr figure
+        ax.legend(fontsize=6, loc="upper right")
         ax.set_title("DivergenceRadius per perturbation")
+        fig.tight_layout()  # the y label inside the canvas
         figs["r_dr_by_perturbation.png"] = fig
     if all("task_prior" in results.values[lab] for lab in labels):
         fig = Figure(figsize=(6, 3))

@@ -21,12 +21,12 @@ from torch import Tensor
 
 from ..backbones.spec import backbone_labels, backbone_list
 from ..utils.allocator import keep_freed_memory
+from ..utils.checks import check_int
 from ..utils.hydra_utils import register_resolvers  # noqa: F401  (configs/hydra resolvers)
 from ..utils.resources import config_dir
 from ..utils.run_dir import OUTPUT_DIR_FIX, check_writable_dir
 from .config import task_prior_config
 from .report import collect_rows, compare_backbones, digits_images, write_table
-from .validation import check_int
 
 log = logging.getLogger("repbench")
 

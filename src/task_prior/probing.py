@@ -20,6 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ..utils.checks import check_int
 from .conventions import PROBE_METRICS, PROBE_SPLITS
 from .validation import check_fraction, check_quantiles
 
@@ -59,13 +60,9 @@ class BatchedLinearHead(nn.Module):
         dtype: torch.dtype | None = None,
     ) -> None:
         super().__init__()
-        if int(num_tasks) < 1:
-            raise ValueError(f"num_tasks must be >= 1, got {num_tasks}")
-        if int(num_classes) < 2:
-            raise ValueError(f"num_classes must be >= 2 (q-class labelings), got {num_classes}")
-        if int(in_features) < 1:
-            raise ValueError(f"in_features must be >= 1, got {in_features}")
-        self.num_tasks, self.num_classes, self.in_features = int(num_tasks), int(num_classes), int(in_features)
+        self.num_tasks = check_int(num_tasks, "num_tasks", 1)
+        self.num_classes = check_int(num_classes, "num_classes", 2, meaning="q-class labelings")
+        self.in_features = check_int(in_features, "in_features", 1)
         self.weight = nn.Parameter(torch.empty(self.num_tasks, self.num_classes, self.in_features, dtype=dtype))
         self.bias = nn.Parameter(torch.empty(self.num_tasks, self.num_classes, dtype=dtype))
         self.reset_parameters(generator)
@@ -206,7 +203,7 @@ def random_split(n: int, test_fraction: float, *, seed: int = 0) -> tuple[Tensor
     if n < 2:
         raise ValueError(f"need at least 2 samples to split, got {n}")
     n_test = min(n - 1, max(1, round(float(test_fraction) * n)))
-    perm = torch.randperm(n, generator=torch.Generator().manual_seed(int(seed)))
+    perm = torch.randperm(n, generator=torch.Generator().manual_seed(check_int(seed, "seed")))
     return perm[n_test:].sort().values, perm[:n_test].sort().values
 
 
@@ -251,18 +248,19 @@ def fit_task_probes(
         raise ValueError(f"features must be (n, D), got {tuple(features.shape)}")
     if not torch.isfinite(features).all():
         raise ValueError("features contain NaN/inf; check the backbone output before probing")
-    check_task_labels(labels, int(num_classes), features.shape[0])
+    num_classes = check_int(num_classes, "num_classes", 2)
+    check_task_labels(labels, num_classes, features.shape[0])
     if features.shape[0] == 0:
         raise ValueError("no training samples: the train split is empty")
-    gen = torch.Generator().manual_seed(int(seed))
-    head = BatchedLinearHead(labels.shape[0], int(num_classes), features.shape[1], generator=gen, dtype=features.dtype)
+    gen = torch.Generator().manual_seed(check_int(seed, "seed"))
+    head = BatchedLinearHead(labels.shape[0], num_classes, features.shape[1], generator=gen, dtype=features.dtype)
     head = head.to(features.device)
     opt = torch.optim.Adam(head.parameters(), lr=lr, weight_decay=weight_decay)
     n = features.shape[0]
-    bs = n if batch_size is None else int(batch_size)
+    bs = n if batch_size is None else check_int(batch_size, "batch_size", 1, meaning="None = full batch")
     labels = labels.to(features.device)
     with torch.enable_grad():
-        for _ in range(int(epochs)):
+        for _ in range(check_int(epochs, "epochs", 0)):
             order = torch.randperm(n, generator=gen).to(features.device) if bs < n else None
             for start in range(0, n, bs):
                 idx = order[start : start + bs] if order is not None else slice(None)

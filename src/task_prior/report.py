@@ -29,6 +29,7 @@ import torch
 from torch import Tensor
 
 from ..backbones.spec import check_backbone_spec
+from ..utils.checks import check_int
 from ..utils.progress import progress_sink
 from ..utils.rank_agreement import agreement, kendall_tau_b, pearson, permutation_p_value, spearman
 from ..utils.report_writer import Report
@@ -36,7 +37,7 @@ from . import matrix as prior_matrices
 from .config import TaskPriorConfig, task_prior_config
 from .moments import task_prior_moments
 from .probing import accuracy_summary, evaluate_task_probes, random_split
-from .validation import check_int, check_tensor
+from .validation import check_tensor
 
 __all__ = [
     "COLUMNS",
@@ -84,15 +85,8 @@ def digits_images(
 
     size = check_image_size(image_size, f"{prefix}image_size")
     images, _ = load_digits_tensors()
-    if (
-        isinstance(num_images, bool)
-        or not isinstance(num_images, numbers.Integral)
-        or not 2 <= num_images <= len(images)
-    ):
-        raise ValueError(
-            f"{prefix}num_images must be an integer in [2, {len(images)}] (the bundled digits), got {num_images!r}"
-        )
-    return upsample_digits(images[: int(num_images)], size).contiguous()
+    num_images = check_int(num_images, f"{prefix}num_images", 2, len(images), meaning="the bundled digits")
+    return upsample_digits(images[:num_images], size).contiguous()
 
 
 def compare_features(

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import math
 import numbers
-import operator
 from collections.abc import Sequence
 
 import torch
+
+from ..utils.checks import check_int
 
 Tensor = torch.Tensor
 
@@ -61,23 +62,6 @@ def check_kernel(kernel: Tensor, name: str = "kernel") -> Tensor:
     if not bool(torch.isfinite(kernel).all()):
         raise ValueError(f"{name} contains NaN or inf")
     return kernel
-
-
-def check_int(value: object, name: str, minimum: int) -> int:
-    """``value`` as an int >= ``minimum``: ints (also numpy/torch integer scalars) and integral floats are accepted;
-    a string, bool or fractional number raises naming the argument, its value and its type."""
-    got = f"got {value!r} ({type(value).__name__})"
-    if isinstance(value, bool) or isinstance(value, str):
-        raise TypeError(f"{name} must be an integer >= {minimum}, {got}; pass a Python int, e.g. {name}={minimum}")
-    try:
-        v = operator.index(value)
-    except TypeError:
-        if not (isinstance(value, float) and value.is_integer()):
-            raise TypeError(f"{name} must be an integer >= {minimum}, {got}") from None
-        v = int(value)
-    if v < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}, {got}")
-    return v
 
 
 def check_tensor(value: object, name: str, shape: str) -> Tensor:

@@ -14,13 +14,13 @@ the ``data`` layer; it imports no data-module class (Hydra instantiates them by 
 
 from __future__ import annotations
 
-import numbers
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
 from torch import Tensor
 
+from .checks import check_int
 from .resources import config_dir
 
 __all__ = ["data_options", "dataset_tensors", "load_data_config", "open_splits", "split_tensors"]
@@ -144,9 +144,8 @@ def dataset_tensors(
     if count is None:
         index = range(n)
     else:
-        if isinstance(count, bool) or not isinstance(count, numbers.Integral) or not minimum <= count <= n:
-            raise ValueError(f"{key} must be an integer in [{minimum}, {n}] (the images of that split), got {count!r}")
-        perm = torch.randperm(n, generator=torch.Generator().manual_seed(int(seed)))[: int(count)]
+        count = check_int(count, key, minimum, n, meaning="the images of that split")
+        perm = torch.randperm(n, generator=torch.Generator().manual_seed(check_int(seed, "seed")))[:count]
         index = sorted(perm.tolist())
     xs, ys = [], []
     for i in index:

@@ -9,21 +9,18 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from .checks import check_int
+
 __all__ = ["check_image_size", "load_digits_tensors", "upsample_digits"]
 
 _INTERPOLATIONS = ("nearest", "bilinear", "bicubic")
 
 
 def check_image_size(image_size: object, key: str = "image_size", fix: str | None = None) -> int:
-    """``image_size`` (an integer, or an integral float) as an int >= 1, or a ValueError naming ``key`` and ``fix``
-    (default: "set <key>=64 (say)")."""
+    """``image_size`` as an int >= 1 (:func:`~src.utils.checks.check_int`: an integral float is accepted, 2.5 is
+    not), or a ValueError naming ``key`` and ``fix`` (default: "set <key>=64 (say)")."""
     fix = fix or f"set {key}=64 (say)"
-    integral = isinstance(image_size, int | np.integer) or (isinstance(image_size, float) and image_size.is_integer())
-    if isinstance(image_size, bool) or not integral:
-        raise ValueError(f"{key} must be an integer >= 1 (pixels per side), got {image_size!r}; {fix}")
-    if int(image_size) < 1:
-        raise ValueError(f"{key} must be an integer >= 1 (pixels per side), got {image_size}; {fix}")
-    return int(image_size)
+    return check_int(image_size, key, 1, meaning="pixels per side", fix=fix)
 
 
 def upsample_digits(images: Tensor, image_size: int, interpolation: str = "bilinear") -> Tensor:

@@ -77,4 +77,8 @@ def instantiate_list(cfg: DictConfig | None) -> list[Any]:
 
 
 def log_config(cfg: DictConfig) -> None:
-    log.info("config:\n%s", OmegaConf.to_yaml(cfg, resolve=True))
+    """What a CLI says about its config: one line on the console, the resolved YAML in the run's log file
+    (:func:`src.utils.console.announce_run`; the whole YAML on the console was ~130 lines)."""
+    from .console import announce_run
+
+    announce_run(cfg)

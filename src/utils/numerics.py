@@ -6,6 +6,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from .checks import check_int
+
 __all__ = ["check_generator", "mix_seed", "seed_word", "pow2_exponent", "times_pow2"]
 
 
@@ -43,11 +45,12 @@ def check_generator(generator: object, name: str = "generator") -> torch.Generat
 
 def seed_word(*values: int) -> int:
     """The one seed hash of RepBench: numpy's SeedSequence over the integers' 64-bit two's-complement words → one
-    uniformly mixed 64-bit word. Every seed of the project derives from it (:func:`mix_seed`; SynBench's chunk keys,
+    uniformly mixed 64-bit word; a value that is not exactly an integer is refused (:func:`~src.utils.checks.check_int`:
+    1.5 would collide with 1). Every seed of the project derives from it (:func:`mix_seed`; SynBench's chunk keys,
     :func:`src.synbench.sampling.chunk_seed`)."""
     import numpy as np
 
-    entropy = [int(v) & 0xFFFFFFFFFFFFFFFF for v in values]
+    entropy = [check_int(v, f"seed word {i}") & 0xFFFFFFFFFFFFFFFF for i, v in enumerate(values)]
     return int(np.random.SeedSequence(entropy).generate_state(1, np.uint64)[0])
 
 

@@ -45,6 +45,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from .checks import check_int
 from .numerics import seed_word
 
 __all__ = [
@@ -62,6 +63,7 @@ __all__ = [
     "normal",
     "BLOCK",
     "ROUNDS",
+    "FLOAT_DTYPES",
 ]
 
 M0, M1 = 0xD2511F53, 0xCD9E8D57  # round multipliers (SC 2011, Table 2)
@@ -72,6 +74,10 @@ BLOCK = 1 << 18  # counters per eager CPU piece (8 MiB per float64 temporary): b
 _TWO_POW_M32 = 2.0**-32
 
 Key = tuple[int, int] | Tensor
+#: the output dtypes of :func:`uniform` and :func:`normal` (and the sampler kernels): torch's IEEE binary formats
+#: with a finfo that the clamp of :func:`_open_unit` and the cast work in; float8 formats are refused early
+FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+_KEY_FIX = "use stream_key(...) to make one"
 
 
 def stream_key(*words: int) -> tuple[int, int]:
@@ -80,23 +86,35 @@ def stream_key(*words: int) -> tuple[int, int]:
     32 bits → k1. Distinct word tuples give unrelated keys."""
     if not words:
         raise ValueError("stream_key needs at least one integer word, e.g. stream_key(seed)")
-    w = seed_word(*(int(v) for v in words))
+    w = seed_word(*(check_int(v, f"stream_key word {i}") for i, v in enumerate(words)))
     return w & MASK32, w >> 32
 
 
+def _check_words(words: Tensor, name: str, fix: str) -> None:
+    """A ValueError naming ``name`` when an int64 word of ``words`` lies outside [0, 2³²) (a 32-bit word)."""
+    if words.numel() and bool(((words < 0) | (words > MASK32)).any()):
+        lo, hi = (int(v) for v in torch.aminmax(words))
+        raise ValueError(f"{name} words must lie in [0, 2**32), got values in [{lo}, {hi}]; {fix}")
+
+
 def _key_words(key: Key) -> tuple[Any, Any]:
-    """(k0, k1) as Python ints (from a pair) or 0-d int64 tensors (from a Tensor (2,)); both in [0, 2³²)."""
+    """(k0, k1) as Python ints (from a pair) or 0-d int64 tensors (from a Tensor (2,)); both in [0, 2³²), else a
+    ValueError (the same rule for both forms)."""
     if isinstance(key, Tensor):
-        if key.shape != (2,) or key.dtype.is_floating_point or key.dtype.is_complex:
+        if key.shape != (2,) or key.dtype.is_floating_point or key.dtype.is_complex or key.dtype == torch.bool:
             raise ValueError(f"key must be an integer Tensor of shape (2,), got {key.dtype} {tuple(key.shape)}")
-        k = key.to(torch.int64)
+        k = key.to(torch.int64)  # a uint64 word >= 2**63 wraps to a negative one: refused all the same
+        _check_words(k, "key", _KEY_FIX)
         return k[0], k[1]
     try:
-        k0, k1 = (int(v) for v in key)
-    except (TypeError, ValueError) as err:
+        pair = tuple(key)
+    except TypeError as err:
         raise TypeError(f"key must be a pair of 32-bit ints (k0, k1) or a Tensor (2,), got {key!r}") from err
+    if len(pair) != 2:
+        raise TypeError(f"key must be a pair of 32-bit ints (k0, k1) or a Tensor (2,), got {key!r}")
+    k0, k1 = (check_int(v, f"key word k{i}", fix=_KEY_FIX) for i, v in enumerate(pair))
     if not (0 <= k0 <= MASK32 and 0 <= k1 <= MASK32):
-        raise ValueError(f"key words must lie in [0, 2**32), got ({k0}, {k1}); use stream_key(...) to make one")
+        raise ValueError(f"key words must lie in [0, 2**32), got ({k0}, {k1}); {_KEY_FIX}")
     return k0, k1
 
 
@@ -125,10 +143,11 @@ def _rounds(x0: Tensor, x1: Tensor, x2: Tensor, x3: Tensor, k0: Any, k1: Any, ro
 def philox4x32(counter: Tensor, key: Key, rounds: int = ROUNDS) -> Tensor:
     """Philox-4x32-``rounds`` of every counter: ``counter`` (..., 4) int64 words in [0, 2³²), ``key`` (k0, k1) or
     a Tensor (2,) → (..., 4) int64 words in [0, 2³²), on the counter's device (Salmon et al., SC 2011)."""
-    if counter.dtype != torch.int64 or counter.shape[-1:] != (4,):
-        raise ValueError(f"counter must be an int64 Tensor (..., 4), got {counter.dtype} {tuple(counter.shape)}")
-    if rounds < 0:
-        raise ValueError(f"rounds must be >= 0, got {rounds}")
+    if not isinstance(counter, Tensor) or counter.dtype != torch.int64 or counter.shape[-1:] != (4,):
+        got = f"{counter.dtype} {tuple(counter.shape)}" if isinstance(counter, Tensor) else type(counter).__name__
+        raise ValueError(f"counter must be an int64 Tensor (..., 4), got {got}")
+    _check_words(counter, "counter", "each counter is four 32-bit words (reduce a wider index mod 2**32 per word)")
+    rounds = check_int(rounds, "rounds", 0, meaning="Philox rounds; the standard is 10")
     k0, k1 = _key_words(key)
     if isinstance(k0, Tensor):
         k0, k1 = k0.to(counter.device), k1.to(counter.device)
@@ -238,9 +257,7 @@ def _fused(device: torch.device, fn: Callable[..., Tensor] | None = None, *extra
 def _sampler_slots(device: Any, dtype: torch.dtype) -> list[tuple[Callable[..., Tensor], tuple[Any, ...]]]:
     """The kernels a SynBench run draws with on ``device`` (samples of ``dtype``): :func:`range_words` (the labels,
     :func:`uniform`) and :func:`range_normals` with ``dtype`` (the samples, :func:`normal`)."""
-    if not dtype.is_floating_point:
-        raise ValueError(f"dtype must be a floating dtype, got {dtype}")
-    return [(range_words, ()), (range_normals, (dtype,))]
+    return [(range_words, ()), (range_normals, (_check_dtype(dtype),))]
 
 
 def sampler_ready(device: Any = "cpu", dtype: torch.dtype = torch.float32) -> bool:
@@ -311,9 +328,19 @@ def _stream(
     return out
 
 
+def _check_dtype(dtype: object) -> torch.dtype:
+    """``dtype`` if it is one of :data:`FLOAT_DTYPES`, else a ValueError naming them (before any work)."""
+    if dtype not in FLOAT_DTYPES:
+        names = ", ".join(str(d) for d in FLOAT_DTYPES)
+        raise ValueError(
+            f"dtype must be one of the floating dtypes {names}, got {dtype!r}; for another format draw in "
+            "torch.float32 and cast the result"
+        )
+    return dtype  # type: ignore[return-value]
+
+
 def _check_range(n: int, offset: int) -> None:
-    if n < 0 or offset < 0:
-        raise ValueError(f"n and offset must be >= 0, got n={n}, offset={offset}")
+    """``offset + n`` below 2⁶² (the counter's 64-bit index, four words per counter)."""
     if offset + n >= 1 << 62:
         raise ValueError(f"offset + n must stay below 2**62 words of a stream, got {offset + n}")
 
@@ -325,16 +352,19 @@ def _device(device: Any) -> torch.device:
 def random_bits(key: Key, n: int, *, offset: int = 0, device: Any = None) -> Tensor:
     """Words ``offset`` … ``offset + n − 1`` of the stream ``key``: (n,) int64 in [0, 2³²), word w = output word
     w mod 4 of counter ⌊w / 4⌋. Any offset and n; ``random_bits(key, n, offset=k) == random_bits(key, n + k)[k:]``."""
-    n, offset = int(n), int(offset)
+    n = check_int(n, "n", 0, meaning="words to draw")
+    offset = check_int(offset, "offset", 0, meaning="index of the first word in the stream")
     _check_range(n, offset)
     return _stream(range_words, key, n, offset, _device(device), torch.int64)
 
 
 def _shape(shape: int | Sequence[int]) -> tuple[int, ...]:
-    shape = (shape,) if isinstance(shape, int) else tuple(int(v) for v in shape)
-    if any(v < 0 for v in shape):
-        raise ValueError(f"shape must hold sizes >= 0, got {shape}")
-    return shape
+    """``shape`` (a size or a sequence of sizes, e.g. a tuple, list, torch.Size or 1-d tensor / array) as a tuple
+    of ints >= 0; a TypeError / ValueError naming ``shape`` for anything else (never truncated)."""
+    ndim = getattr(shape, "ndim", None)  # a tensor or numpy array of sizes
+    if (isinstance(shape, Sequence) and not isinstance(shape, str)) or ndim == 1:
+        return tuple(check_int(v, f"shape[{i}]", 0) for i, v in enumerate(shape))
+    return (check_int(shape, "shape", 0, meaning="a size, or a sequence of sizes such as (4, 3)"),)
 
 
 def _open_unit(u: Tensor, dtype: torch.dtype) -> Tensor:
@@ -351,8 +381,7 @@ def uniform(
     """Uniform values in (0, 1) (never 0 or 1): value i = (word (offset + i) + ½)·2⁻³² in float64, cast to
     ``dtype`` (clamped to the largest value below 1 and the smallest normal of ``dtype`` where the cast rounds
     onto 0 or 1: float32 moves the top 2⁻²⁵ of the mass, float64 nothing)."""
-    if not dtype.is_floating_point:
-        raise ValueError(f"dtype must be a floating dtype, got {dtype}")
+    _check_dtype(dtype)
     shape = _shape(shape)
     bits = random_bits(key, math.prod(shape), offset=offset, device=device)
     return _open_unit(bits.double().add_(0.5).mul_(_TWO_POW_M32), dtype).view(shape)
@@ -374,9 +403,9 @@ def normal(
     """Standard normal values (Box–Muller in float64, then cast to ``dtype``): value i is normal j = offset + i of
     the stream, z_j = r·cos θ (j even) or r·sin θ (j odd) of the word pair (2⌊j/2⌋, 2⌊j/2⌋ + 1), so it depends only
     on (key, offset + i). |z| <= √(2·33·ln 2) ≈ 6.77 (u₁ >= 2⁻³³)."""
-    if not dtype.is_floating_point:
-        raise ValueError(f"dtype must be a floating dtype, got {dtype}")
+    _check_dtype(dtype)
     shape = _shape(shape)
-    n, offset = math.prod(shape), int(offset)
+    n = math.prod(shape)
+    offset = check_int(offset, "offset", 0, meaning="index of the first value in the stream")
     _check_range(n + 2, offset)
     return _stream(range_normals, key, n, offset, _device(device), dtype, dtype).view(shape)

@@ -20,7 +20,6 @@ Sources (``images=`` of both monitors):
 from __future__ import annotations
 
 import logging
-import numbers
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -28,6 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from .checks import check_int
 from .digits import check_image_size, load_digits_tensors, upsample_digits
 from .normalization import ChannelNormalization, Normalize, as_normalization
 from .photos import bundled_photos
@@ -171,17 +171,15 @@ def check_image_source(images: Any, owner: str = "") -> str | Tensor:
 def check_num_images(num_images: Any, images: str | Tensor = "auto", owner: str = "") -> int:
     """``num_images`` as an int >= 1 (at most :data:`BUNDLED_DIGITS` for ``images="digits"``), else a ValueError
     naming ``num_images=`` and the fix (never a silent clamp to the digits there are)."""
-    if isinstance(num_images, bool) or not isinstance(num_images, numbers.Integral) or num_images < 1:
-        raise ValueError(
-            f"{_who(owner)}: num_images must be an integer >= 1 (probe images), got {num_images!r}; set "
-            "num_images=32 (say)"
-        )
+    num_images = check_int(
+        num_images, f"{_who(owner)}: num_images", 1, meaning="probe images", fix="set num_images=32 (say)"
+    )
     if isinstance(images, str) and images == "digits" and num_images > BUNDLED_DIGITS:
         raise ValueError(
             f"{_who(owner)}: num_images must be an integer in [1, {BUNDLED_DIGITS}] (the bundled digits) with "
             f"images='digits', got {num_images}; lower num_images, or use images='photos' or an image tensor"
         )
-    return int(num_images)
+    return num_images
 
 
 def _rgb(x: Tensor, owner: str, what: str) -> Tensor:

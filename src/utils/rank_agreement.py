@@ -17,9 +17,40 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-__all__ = ["Agreement", "agreement", "kendall_tau_b", "pearson", "permutation_p_value", "spearman"]
+from .checks import check_int
+
+__all__ = [
+    "Agreement",
+    "agreement",
+    "check_agreement_options",
+    "kendall_tau_b",
+    "pearson",
+    "permutation_p_value",
+    "spearman",
+]
 
 MAX_EXACT = 8  # n! orderings enumerated up to n = 8 (40,320); Monte Carlo beyond
+
+
+def check_agreement_options(n_boot: object, level: object, prefix: str = "") -> tuple[int, float]:
+    """(``n_boot``, ``level``) of :func:`agreement` checked: ``n_boot`` an integer >= 1 (with 0 resamples every
+    interval is NaN and every verdict "cannot separate", however clear the ranking), ``level`` a number in (0, 1);
+    else a TypeError / ValueError naming ``<prefix>n_boot`` / ``<prefix>level`` (the report's keys:
+    ``prefix="agreement."``)."""
+    n = check_int(
+        n_boot,
+        f"{prefix}n_boot",
+        1,
+        meaning="bootstrap resamples of the backbones",
+        fix=f"set {prefix}n_boot=2000 (say)",
+    )
+    bad = isinstance(level, bool | str) or not isinstance(level, int | float | np.floating | np.integer)
+    if bad or not 0 < float(level) < 1:  # type: ignore[arg-type]
+        raise ValueError(
+            f"{prefix}level must be in (0, 1) (the coverage of the bootstrap intervals), got {level!r}; "
+            f"set {prefix}level=0.9 (say)"
+        )
+    return n, float(level)  # type: ignore[arg-type]
 
 
 def pearson(x: Sequence[float], y: Sequence[float]) -> float:
@@ -149,13 +180,12 @@ def agreement(
         raise ValueError(f"{score_name}: every backbone needs at least one finite value")
     if not np.isfinite(acc).all():
         raise ValueError(f"{target_name}: accuracies must be finite, got {acc.tolist()}")
-    if not 0 < level < 1:
-        raise ValueError(f"level must be in (0, 1), got {level}")
+    n_boot, level = check_agreement_options(n_boot, level)
     x = np.array([v.mean() for v in per_seed])
     r, tau = pearson(x, acc), kendall_tau_b(x, acc)
     rng = np.random.default_rng(seed)
     rs, taus = [], []
-    for _ in range(int(n_boot)):
+    for _ in range(n_boot):
         idx = rng.integers(0, n, n)
         xb = np.array([per_seed[i][rng.integers(0, per_seed[i].size)] for i in idx])
         rb, tb = pearson(xb, acc[idx]), kendall_tau_b(xb, acc[idx])
@@ -177,7 +207,7 @@ def agreement(
         kendall_low=t_lo,
         kendall_high=t_hi,
         p_value=p,
-        defined_fraction=len(rs) / max(int(n_boot), 1),
+        defined_fraction=len(rs) / n_boot,
         higher_is_better=higher_is_better,
         verdict=_verdict(n, tau, t_lo, t_hi, p, higher_is_better, level),
     )

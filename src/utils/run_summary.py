@@ -1,9 +1,14 @@
 """The end of a run, as a user reads it: one Rich table on the console, ``metrics.json`` and ``summary.md`` in the run
-folder (the numbers a script or a report reads without parsing TensorBoard event files)."""
+folder (the numbers a script or a report reads without parsing TensorBoard event files).
+
+Every CLI that ends a run (``src.train``, ``src.eval``) does the same two things: the library function writes the
+files (:func:`write_summary`, so ``train(cfg)`` / ``evaluate(cfg)`` called from Python leave them too) and the CLI's
+``main`` prints them once (:func:`show_summary`)."""
 
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 from collections.abc import Mapping
@@ -12,7 +17,9 @@ from typing import Any
 
 from .atomic_write import atomic_write_bytes
 
-__all__ = ["SUMMARY_FILES", "format_value", "print_summary", "summary_markdown", "write_summary"]
+__all__ = ["SUMMARY_FILES", "format_value", "print_summary", "show_summary", "summary_markdown", "write_summary"]
+
+log = logging.getLogger("repbench")
 
 SUMMARY_FILES = ("metrics.json", "summary.md")
 _STAGES = ("train", "val", "test")
@@ -56,11 +63,13 @@ def write_summary(run_dir: str | os.PathLike, metrics: Mapping[str, float], info
 
 
 def print_summary(metrics: Mapping[str, float], title: str = "RepBench run", caption: str = "") -> None:
-    """One Rich table of every metric, grouped train / val / test (printed once, at the end of the run)."""
+    """One Rich table of every metric, grouped train / val / test (printed once, at the end of the run); ``caption``
+    (a path, say) on its own line below it, never wrapped (a console that is not a terminal is 80 columns wide, and
+    a table caption would break a path mid-word)."""
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title=title, caption=caption or None, show_lines=False)
+    table = Table(title=title, show_lines=False)
     table.add_column("metric")
     table.add_column("value", justify="right")
     previous = None
@@ -70,4 +79,19 @@ def print_summary(metrics: Mapping[str, float], title: str = "RepBench run", cap
             table.add_section()
         previous = stage
         table.add_row(name, format_value(value))
-    Console().print(table)
+    console = Console()
+    console.print(table)
+    if caption:
+        console.print(caption, soft_wrap=True, highlight=False, markup=False)
+
+
+def show_summary(metrics: Mapping[str, float], title: str, run_dir: str | os.PathLike | None = None) -> None:
+    """The last thing every RepBench CLI that ends a run says: the :func:`print_summary` table and one line naming
+    the files :func:`write_summary` wrote (``summary.md``, ``metrics.json``)."""
+    from .console import short_path
+
+    print_summary(metrics, title=title)
+    if run_dir is None:
+        log.info("no run folder: summary.md and metrics.json not written")
+        return
+    log.info("%s and %s in %s", SUMMARY_FILES[1], SUMMARY_FILES[0], short_path(run_dir))

@@ -163,3 +163,16 @@ def test_logme_bad_input() -> None:
         logme(torch.randn(10), torch.zeros(10, dtype=torch.long))
     with pytest.raises(RuntimeError, match="max_iter=1"):
         logme(*map(torch.tensor, _problem(0, 30, 8, 2.0)), max_iter=1)
+
+
+def test_logme_refuses_a_single_class_like_sfda() -> None:
+    """BL06: labels that are all 0 (a labelling bug) gave a plausible LogME (−1.418) where SFDA refused them."""
+    f, y = torch.randn(200, 16), torch.zeros(200, dtype=torch.long)
+    with pytest.raises(
+        ValueError, match=r"LogME needs at least 2 classes, each with a sample; got class counts \[200\]"
+    ):
+        logme(f, y)
+    with pytest.raises(ValueError, match=r"needs at least 2 classes"):
+        logme(torch.randn(10, 30), torch.zeros(10, dtype=torch.long))  # the n <= D (SVD) route too
+    with pytest.raises(ValueError, match=r"needs at least 2 classes"):
+        logme_from_moments(f.double().T @ f.double(), f.double().sum(0)[:, None], torch.tensor([200.0]), 200)

@@ -75,3 +75,64 @@ def test_sfda_bad_input() -> None:
         sfda(torch.ones(10, 3), torch.arange(10) % 2)
     with pytest.raises(ValueError, match="shrinkage"):
         sfda(torch.randn(10, 3), torch.arange(10) % 2, shrinkage=2.0)
+
+
+def _sfda_module():
+    import sys
+
+    return sys.modules["src.baselines.sfda"]  # ``src.baselines.sfda`` the attribute is the function
+
+
+# (n, D, feature scale, shrinkage or None = adaptive): n < D throughout, shrinkage from none (λ_s = 1: S_w^λ ∝ I)
+# to the 1e-10 floor (cond(S_w^λ) ≈ 1e11)
+FEW_SAMPLES = [(20, 60, 0.1, None), (12, 40, 0.3, 0.9), (20, 60, 1.0, 0.1), (30, 100, 0.2, 1e-6), (30, 100, 3.0, 1e-10),
+               (30, 100, 0.2, 1.0)]  # fmt: skip
+
+
+@pytest.mark.parametrize("n, d, scale, shrinkage", FEW_SAMPLES)
+def test_sfda_in_n_dimensions_equals_the_d_dimensional_computation(n, d, scale, shrinkage) -> None:
+    """BL-sfda-hugeD: with n < D SFDA runs in n dimensions (Woodbury); its discriminant is the D-dimensional one."""
+    mod = _sfda_module()
+    g = torch.Generator().manual_seed(n + d)
+    y = torch.arange(n) % 3
+    x = torch.randn(n, d, generator=g, dtype=torch.float64) * scale
+    x[:, :3] += 0.3 * scale * y[:, None]
+    lam = shrinkage if shrinkage is not None else mod.sfda_shrinkage(mod._class_stats(x, y, 3)[2])
+    assert mod._factor_shrinkage(mod._class_factor(x, y, 3)[2]) == pytest.approx(
+        mod.sfda_shrinkage(mod._class_stats(x, y, 3)[2]), rel=1e-12
+    )  # λ_max of RRᵀ and RᵀR: one eigenvalue, two backward-stable solvers (≈ n·u relative each); exp(−5λ) keeps it
+    _, means, sw = mod._class_stats(x, y, 3)
+    _, _, r = mod._class_factor(x, y, 3)
+    d_dim, n_dim = mod._coefficients_scatter(means, sw, lam), mod._coefficients_gram(means, r, lam)
+    # both solve S_w^λ·w = μ_c backward-stably, so each has a relative error ≲ c·κ·u, κ = cond₂(S_w^λ) (perturbation
+    # bound of a linear system, Higham Thm 7.2), c a small multiple of 1 for Cholesky on these sizes (measured: the two
+    # differ by 0.2–0.9·κ·u on every case here); 8·κ·u bounds the sum of both errors with room
+    eig = torch.linalg.eigvalsh(mod._shrunk(sw, lam))
+    kappa = float(eig[-1] / eig[0])
+    u = torch.finfo(torch.float64).eps
+    assert float((n_dim - d_dim).norm() / d_dim.norm()) <= 8 * kappa * u
+    if kappa < 100:  # well-conditioned cases: the whole score, both forms, as the numpy reference above
+        # end to end: the reference's comment (≈ cond(S_w^λ)·u ≈ 1e-14 in the probabilities) holds with κ < 100
+        score = mod._score(x, y, 3, shrinkage, False, True)
+        assert score == pytest.approx(mod._score(x, y, 3, shrinkage, False, False), rel=0, abs=1e-10)
+        if shrinkage is None:
+            assert sfda(x, y) == score == pytest.approx(_reference(x.numpy(), y.numpy()), rel=0, abs=1e-10)
+    # the authors' power estimate through the factor: the same 3 steps with A·v = Rᵀ(R·v) (rounding only)
+    assert mod._power_estimate_factor(r) == pytest.approx(mod._power_estimate(sw), rel=1e-12)
+
+
+def test_sfda_with_few_samples_forms_no_d_by_d_matrix(monkeypatch) -> None:
+    """BL-sfda-hugeD: ``sfda(torch.randn(20, 20000), labels)`` formed D×D float64 scatters (3.2 GB each) and ran for
+    minutes; in n dimensions it needs a few MB and well under a second."""
+    mod = _sfda_module()
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a D×D scatter matrix was formed")
+
+    for name in ("_class_stats", "_shrunk", "sfda_shrinkage", "_power_estimate"):
+        monkeypatch.setattr(mod, name, refuse)
+    x = torch.randn(20, 20000, generator=torch.Generator().manual_seed(0))
+    for authors in (False, True):
+        assert 0.0 < sfda(x, torch.arange(20) % 2, authors=authors) <= 1.0
+    with pytest.raises(ValueError, match="no within-class variance"):
+        sfda(torch.ones(4, 50), torch.arange(4) % 2)

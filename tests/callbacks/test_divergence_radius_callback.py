@@ -226,3 +226,20 @@ def test_auto_takes_the_validation_loader_given_to_fit(tmp_path: Path) -> None:
     # no logger: the values go to callback_metrics only, without Lightning's "no logger configured" warning per value
     assert not [w for w in caught if "no logger configured" in str(w.message)]
     assert "val/divergence_radius/mean" in trainer.callback_metrics
+
+
+def test_fractional_period_is_refused_not_truncated() -> None:
+    # CB16: int(1.5) made a monitor asked for every 1.5 epochs run every epoch
+    from src.callbacks import RepresentationSpectrumCallback, SynBenchCallback
+
+    with pytest.raises(
+        TypeError, match=r"^DivergenceRadiusCallback: every_n_epochs must be an integer >= 1 .*got 1\.5"
+    ):
+        DivergenceRadiusCallback(every_n_epochs=1.5)
+    with pytest.raises(TypeError, match=r"^SynBenchCallback: every_n_epochs must be an integer >= 1"):
+        SynBenchCallback(every_n_epochs=2.5)
+    with pytest.raises(TypeError, match=r"^RepresentationSpectrumCallback: every_n_epochs must be .*got True"):
+        RepresentationSpectrumCallback(every_n_epochs=True)
+    with pytest.raises(ValueError, match=r"every_n_epochs must be an integer >= 1 .*got 0"):
+        DivergenceRadiusCallback(every_n_epochs=0)
+    assert DivergenceRadiusCallback(every_n_epochs=2.0).every_n_epochs == 2

@@ -71,7 +71,9 @@ TASKPRIOR = [
 
 def test_sc04_synbench_input_size_zero_is_refused(tmp_path, no_backbone) -> None:
     cfg = compose_cfg("synbench.yaml", SYNBENCH + ["input_size=0"], tmp_path)
-    with pytest.raises(ValueError, match=r"input_size must be an integer >= 1 .*got 0; set input_size=null for each"):
+    with pytest.raises(
+        ValueError, match=r"input_size must be an integer >= 1 .*got 0 \(int\); set input_size=null for each"
+    ):
         _run("synbench")(cfg)
     assert not (tmp_path / "synbench.md").exists()
     with pytest.raises(ValueError, match="input_size must be an integer >= 1"):

@@ -20,13 +20,19 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.mark.parametrize("data", ["digits", "gaussian"])
 def test_batch_size_zero_is_refused_naming_the_key(make_cfg, data: str) -> None:
     # Hydra wraps the data module's ValueError in an InstantiationException that keeps its message
-    with pytest.raises(Exception, match=r"batch_size must be >= 1.*data\.batch_size") as info:
+    with pytest.raises(Exception, match=r"batch_size must be an integer >= 1.*data\.batch_size") as info:
         train(make_cfg([f"data={data}", "data.batch_size=0", "callbacks=none", "logger=csv"]))
     assert isinstance(info.value, ValueError) or isinstance(info.value.__cause__, ValueError)
 
 
+def test_fractional_batch_size_is_refused_naming_the_key(make_cfg) -> None:
+    # X02: data.batch_size=1.5 trained with batches of 1 (int() truncation) while .hydra/config.yaml said 1.5
+    with pytest.raises(Exception, match=r"batch_size must be an integer >= 1 .*got 1\.5 \(float\).*data\.batch_size"):
+        train(make_cfg(["data.batch_size=1.5", "callbacks=none", "logger=csv"]))
+
+
 def test_negative_num_workers_is_refused(make_cfg) -> None:
-    with pytest.raises(Exception, match=r"num_workers must be >= 0"):
+    with pytest.raises(Exception, match=r"num_workers must be an integer >= 0"):
         train(make_cfg(["data.num_workers=-1", "callbacks=none", "logger=csv"]))
 
 

@@ -70,5 +70,22 @@ def test_data_modules_refuse_batch_size_below_one(bad) -> None:
 def test_torchvision_module_refuses_batch_size_zero(tmp_path) -> None:
     from src.data import TorchvisionDataModule
 
-    with pytest.raises(ValueError, match=r"batch_size must be >= 1.*data\.batch_size"):
+    with pytest.raises(ValueError, match=r"batch_size must be an integer >= 1.*data\.batch_size"):
         TorchvisionDataModule(name="imagefolder", root=str(tmp_path), batch_size=0, num_classes=2)
+
+
+@pytest.mark.parametrize("bad", [1.5, 0.5, True, float("nan")])
+def test_fractional_batch_size_is_refused_not_truncated(bad) -> None:
+    # X02: int(1.5) made data.batch_size=1.5 run with batches of 1 (the config said 1.5); 0.5 was refused as "< 1"
+    with pytest.raises(TypeError, match=r"^batch_size must be an integer >= 1 .*; set data\.batch_size"):
+        check_loader_args(bad)
+    with pytest.raises(TypeError, match=r"data\.batch_size"):
+        DigitsDataModule(batch_size=bad)
+    with pytest.raises(TypeError, match=r"data\.batch_size"):
+        GaussianTaskDataModule(batch_size=bad)
+    with pytest.raises(TypeError, match=r"^num_workers must be an integer >= 0 .*data\.num_workers"):
+        check_loader_args(4, bad)
+    with pytest.raises(TypeError, match=r"^data\.seed must be an integer"):
+        DigitsDataModule(seed=bad)
+    # an integral value of another type is that integer
+    assert check_loader_args(torch.tensor(8), 2.0) == (8, 2) and DigitsDataModule(batch_size=16.0).batch_size == 16

@@ -57,7 +57,7 @@ def test_issue14_defaults_are_the_papers_and_stated_once() -> None:
         ({"perturbations": []}, r"^perturbations must be a non-empty list .*got an empty list"),
         ({"seed": -1}, r"^seed must be an integer >= 0 \(the seed of the random perturbations\), got -1"),
         ({"seed": 2**63}, r"^seed must be an integer below 2\^63"),
-        ({"seed": 1.0}, r"^seed must be an integer >= 0 .*got 1.0 \(float\)"),
+        ({"seed": 1.5}, r"^seed must be an integer >= 0 .*got 1.5 \(float\)"),
         ({"chunk_size": 0}, r"^chunk_size must be an integer >= 1 \(images per chunk of the sweep\), got 0"),
         ({"chunk_size": True}, r"^chunk_size must be an integer >= 1 .*got True \(bool\)"),
     ],

@@ -8,6 +8,7 @@ import torch
 from src.baselines import alpha_req, logme, rankme
 from src.metrics import AlphaReQ, LogME, RankMe
 from tests._multiprocess import run_in_processes
+from tests.baselines.test_spectral import RANK_DEFICIENT, gram_route_tolerance, rank_deficient, rankme_definition
 
 N, D, C = 240, 110, 3
 
@@ -51,6 +52,18 @@ def test_metric_equals_functional_in_any_batch_order() -> None:
         got = _feed(_metrics(), z, y, order)
         for key, value in expected.items():
             assert got[key] == pytest.approx(value, rel=REL), key
+
+
+@pytest.mark.parametrize("n, d, rank", RANK_DEFICIENT)
+def test_rankme_metric_equals_the_singular_value_definition_on_rank_deficient_features(n, d, rank) -> None:
+    # the torchmetric's Gram is Σ over batches of ZᵀZ (D×D, eigensolver dimension D); the bound of
+    # gram_route_tolerance covers any summation order (its γ_N·‖|Z|ᵀ|Z|‖ term bounds every order of the n-term sums)
+    z = rank_deficient(n, d, rank)
+    metric = RankMe(d, eps=0.0)
+    for part in torch.split(z, 37):
+        metric.update(part)
+    expected = rankme_definition(z, 0.0)
+    assert abs(float(metric.compute()) - expected) <= gram_route_tolerance(z, 0.0, solver_dim=d) * expected
 
 
 def test_metric_flags_and_errors() -> None:

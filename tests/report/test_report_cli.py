@@ -124,6 +124,32 @@ def test_r22_a_set_whose_test_labels_never_occur_in_training_is_refused() -> Non
     check_downstream_option("gaussian")
 
 
+def test_agreement_settings_fail_before_any_work(tmp_path, monkeypatch) -> None:
+    """R23/R24: agreement.n_boot / agreement.level were checked only while writing, after every part was computed
+    (agreement.level=1.5), or never (agreement.n_boot=0: every verdict "cannot separate"); now audit_config refuses
+    them, before the backbones or any part."""
+    import src.report.audit as audit
+    from src.report.__main__ import audit_config, run
+
+    def no_work(*args, **kwargs):
+        raise AssertionError("run_audit was reached")
+
+    monkeypatch.setattr(audit, "run_audit", no_work)
+    for override, error, match in (
+        ("agreement.n_boot=0", ValueError, r"^agreement\.n_boot must be an integer >= 1 .*got 0"),
+        ("agreement.n_boot=-5", ValueError, r"^agreement\.n_boot must be an integer >= 1"),
+        ("agreement.n_boot=2.5", TypeError, r"^agreement\.n_boot must be an integer >= 1 .*got 2.5 \(float\)"),
+        ("agreement.level=1.5", ValueError, r"^agreement\.level must be in \(0, 1\).*got 1.5"),
+        ("agreement.level=0", ValueError, r"^agreement\.level must be in \(0, 1\)"),
+    ):
+        cfg = compose_cfg("report.yaml", [f"backbones=[{NETS[0]}]", *TINY, override], tmp_path)
+        with pytest.raises(error, match=match):
+            audit_config(cfg)
+        with pytest.raises(error, match=match):
+            run(cfg)
+    assert not list(tmp_path.glob("report.*"))
+
+
 def test_downstream_max_items_caps_each_split_and_is_checked() -> None:
     from src.report.__main__ import downstream_sets
 

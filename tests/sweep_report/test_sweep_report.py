@@ -137,3 +137,18 @@ def test_an_invalid_overrides_yaml_is_named(tmp_path):
     (root / "0_lam-0" / ".hydra" / "overrides.yaml").write_text("[model.lam=0,\n- seed: [\n")
     with pytest.raises(ValueError, match=r"0_lam-0/.hydra/overrides.yaml is not valid YAML"):
         sweep_report(root, "val/utility", "val/divergence_radius/mean", {"val/utility": "max"})
+
+
+def test_a_non_finite_floor_is_refused(tmp_path):
+    """SR07: ``--floor nan`` made every comparison false, so every front point "passed" and a job was chosen."""
+    root = _multirun(tmp_path)
+    base = [str(root), "--x", "val/utility", "--direction", "val/utility=max"]
+    for bad in ("nan", "inf", "-inf", "high"):
+        with pytest.raises(SystemExit):
+            run([*base, "--floor", bad])
+    assert not (root / "sweep_report").exists()
+    points = [(0.5, 0.1), (0.9, 0.2)]
+    for bad in (float("nan"), float("inf"), True, "0.1"):
+        with pytest.raises(ValueError, match=r"floor must be a finite number"):
+            choose(points, [0, 1], ("max", "min"), bad)
+    assert choose(points, [0, 1], ("max", "min"), 0.15)[0] == 0

@@ -71,7 +71,7 @@ def test_stream_key_and_key_forms():
         random_bits((2**32, 0), 3)
     with pytest.raises(ValueError, match="stream_key"):
         stream_key()
-    with pytest.raises(ValueError, match="n and offset"):
+    with pytest.raises(ValueError, match=r"n must be an integer >= 0"):
         random_bits(k, -1)
     with pytest.raises(ValueError, match="counter"):
         philox4x32(torch.zeros(3, dtype=torch.int64), k)
@@ -174,6 +174,62 @@ def test_normal_shape_and_dtype_errors():
     assert normal(key, 0).numel() == 0
     with pytest.raises(ValueError, match="floating"):
         normal(key, 4, dtype=torch.int64)
+
+
+def test_tensor_keys_and_counters_are_range_checked_like_the_pair_form():
+    # PX13/PX14/PX34: a key or counter word outside [0, 2**32) once gave "words" < 0 or >= 2**32, uniforms outside
+    # (0, 1) and NaN normals; the pair form was refused, the tensor form is now refused the same way
+    for key in (torch.tensor([-1, 5]), torch.tensor([2**33, 5]), torch.tensor([2**63 + 5, 3], dtype=torch.uint64)):
+        for draw in (random_bits, normal, uniform):
+            with pytest.raises(ValueError, match=r"key words must lie in \[0, 2\*\*32\).*stream_key"):
+                draw(key, 8)
+    with pytest.raises(ValueError, match=r"counter words must lie in \[0, 2\*\*32\)"):
+        philox4x32(torch.tensor([[2**40, 2**33, -5, 0]]), (0, 0))
+    with pytest.raises(ValueError, match="key must be an integer Tensor"):
+        random_bits(torch.tensor([True, False]), 3)
+    # in range, every integer dtype is one key: the same words as the pair
+    words = random_bits((7, 2**32 - 1), 9)
+    for dtype in (torch.int64, torch.uint32):
+        assert torch.equal(random_bits(torch.tensor([7, 2**32 - 1], dtype=dtype), 9), words)
+
+
+def test_fractional_seeds_counts_offsets_are_refused_not_truncated():
+    # PX10/PX30/PX31: int() made stream_key(1.5) == stream_key(1), n=2.7 drew 2 values and offset=1.9 read from 1
+    key = stream_key(0)
+    with pytest.raises(TypeError, match=r"stream_key word 0 must be an integer, got 1.5 \(float\)"):
+        stream_key(1.5)
+    with pytest.raises(TypeError, match=r"^n must be an integer >= 0 .*got 2.7 \(float\)"):
+        random_bits(key, 2.7)
+    with pytest.raises(TypeError, match=r"^offset must be an integer >= 0 .*got 1.9 \(float\)"):
+        random_bits(key, 2, offset=1.9)
+    with pytest.raises(TypeError, match=r"^offset must be an integer"):
+        normal(key, 2, offset=0.5)
+    with pytest.raises(TypeError, match=r"key word k0 must be an integer, got 1.5"):
+        random_bits((1.5, 2), 3)
+    # an integral value of another type is that integer (nothing is lost)
+    assert stream_key(2.0) == stream_key(2) == stream_key(torch.tensor(2))
+    assert torch.equal(random_bits(key, torch.tensor(3), offset=2.0), random_bits(key, 5)[2:])
+
+
+def test_shape_rounds_and_dtype_errors_name_the_argument():
+    key = stream_key(1)
+    with pytest.raises(TypeError, match=r"^shape must be an integer >= 0 \(a size, or a sequence of sizes"):
+        normal(key, 2.5)  # PX29: was "'float' object is not iterable"
+    with pytest.raises(TypeError, match=r"^shape\[1\] must be an integer >= 0, got 1.5"):
+        uniform(key, (2, 1.5))
+    with pytest.raises(ValueError, match=r"^shape\[0\] must be an integer >= 0, got -1"):
+        normal(key, (-1, 2))
+    assert normal(key, torch.Size([2, 3])).shape == uniform(key, [2, 3]).shape == (2, 3)
+    with pytest.raises(TypeError, match=r"^rounds must be an integer >= 0 .*got 2.5"):
+        philox4x32(torch.zeros(1, 4, dtype=torch.int64), (0, 0), rounds=2.5)  # PX35
+    for draw in (uniform, normal):  # PX23: float8 failed inside torch ("clamp_scalar_cpu" not implemented)
+        with pytest.raises(ValueError, match=r"dtype must be one of the floating dtypes torch.float16.*float8_e4m3fn"):
+            draw(key, 4, dtype=torch.float8_e4m3fn)
+    with pytest.raises(ValueError, match="dtype must be one of"):
+        philox.sampler_ready("cpu", torch.float8_e5m2)
+    for dtype in philox.FLOAT_DTYPES:
+        u = uniform(key, 64, dtype=dtype)
+        assert u.dtype == dtype and bool(((u > 0) & (u < 1)).all())
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")

@@ -8,7 +8,13 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from src.utils.rank_agreement import agreement, kendall_tau_b, pearson, permutation_p_value
+from src.utils.rank_agreement import (
+    agreement,
+    check_agreement_options,
+    kendall_tau_b,
+    pearson,
+    permutation_p_value,
+)
 
 
 @pytest.mark.parametrize("seed", range(5))
@@ -76,3 +82,22 @@ def test_spearman_matches_scipy_with_ties() -> None:
     # sums of a handful of O(1) float64 terms: 1e-12 is orders above their rounding
     assert spearman(x, y) == pytest.approx(stats.spearmanr(x, y)[0], abs=1e-12)
     assert math.isnan(spearman([1, 1, 1], [1, 2, 3]))
+
+
+def test_n_boot_and_level_are_checked() -> None:
+    """R23: n_boot=0 (or negative) left every interval NaN and turned a perfect ranking into "cannot separate"."""
+    scores, acc = [0.1, 0.5, 0.3, 0.9, 0.7], [0.2, 0.6, 0.35, 0.95, 0.8]
+    for bad in (0, -5):
+        with pytest.raises(ValueError, match=r"^n_boot must be an integer >= 1"):
+            agreement(scores, acc, n_boot=bad)
+    for bad in (2.5, True, "100"):
+        with pytest.raises(TypeError, match=r"^n_boot must be an integer >= 1"):
+            agreement(scores, acc, n_boot=bad)
+    for bad in (0.0, 1.0, 1.5, float("nan"), "0.9"):
+        with pytest.raises(ValueError, match=r"^level must be in \(0, 1\)"):
+            agreement(scores, acc, level=bad)
+    assert check_agreement_options(200.0, 0.9, prefix="agreement.") == (200, 0.9)
+    with pytest.raises(ValueError, match=r"^agreement\.n_boot must be an integer >= 1 .*set agreement\.n_boot=2000"):
+        check_agreement_options(0, 0.9, prefix="agreement.")
+    a = agreement(scores, acc, n_boot=1)
+    assert a.kendall == 1.0 and a.defined_fraction in (0.0, 1.0)
