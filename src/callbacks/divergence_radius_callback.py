@@ -18,7 +18,9 @@ are made once per run (:func:`~src.divergence_radius.protocol.cache_perturbation
 them. Work is split
 in chunks over ranks and reduced through sum-state torchmetrics, so the logged numbers do not depend on the number
 of processes. Logs ``val/divergence_radius/<perturbation>``, ``val/divergence_radius/mean``,
-``val/cosine_robustness/<perturbation>``, ``val/cosine_robustness/mean`` (``val`` = ``prefix``) and a bar figure.
+``val/cosine_robustness/<perturbation>``, ``val/cosine_robustness/mean`` (``val`` = ``prefix``) and a bar figure on
+the fixed [0, 1] scale of both values (:mod:`src.divergence_radius.figures`), which says so on its face when the mean
+cosine between different probe images shows a collapsed representation (R_dr ≈ 0 for that reason is not robustness).
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ import torch
 from torch import Tensor
 
 from ..divergence_radius.config import DivergenceRadiusConfig
+from ..divergence_radius.figures import robustness_axis
 from ..divergence_radius.protocol import PerturbationCache, cache_perturbations
 from ..metrics.divergence_radius import robustness_metrics
 from ..utils.checks import check_int
@@ -42,14 +45,21 @@ from ..utils.distributed import Shard
 from ..utils.modes import eval_mode
 from ..utils.normalization import Normalize
 from ._monitor import BackboneMonitor, rank_and_world
+from .collapse_alarm import mean_cross_cosine
 
 __all__ = ["DivergenceRadiusCallback", "robustness_figure"]
 
 log = logging.getLogger("repbench")
 
 
-def robustness_figure(values: dict[str, float], names: Sequence[str], title: str = ""):
-    """Bar chart of R_dr and R_cs per perturbation (the paper's Fig. 4 for one model)."""
+def robustness_figure(
+    values: dict[str, float], names: Sequence[str], title: str = "", cross_cosine: float | None = None
+):
+    """Bar chart of R_dr and R_cs per perturbation (the paper's Fig. 4 for one model) on a fixed [0, 1] y axis (both
+    values lie in [0, 1] for unit-normalised embeddings: :mod:`src.divergence_radius.figures`), so a near-zero value
+    draws a near-zero bar. ``cross_cosine``: the mean cosine between different probe images' embeddings; at or above
+    :data:`~src.divergence_radius.figures.COLLAPSE_COSINE` the figure carries a note that the representation
+    collapsed (its low R_dr is not robustness)."""
     import matplotlib
 
     matplotlib.use("Agg", force=False)
@@ -60,9 +70,9 @@ def robustness_figure(values: dict[str, float], names: Sequence[str], title: str
     ax.bar(x - 0.2, [values[f"divergence_radius/{n}"] for n in names], 0.4, label="DivergenceRadius R_dr")
     ax.bar(x + 0.2, [values[f"cosine_robustness/{n}"] for n in names], 0.4, label="cosine robustness R_cs")
     ax.set_xticks(x, [n.replace("_", "\n") for n in names], fontsize=7)
-    ax.set_ylabel("mean over probe images (lower = more robust)")
+    robustness_axis(ax, "mean over probe images\n(lower = more robust)", cross_cosine)
     ax.set_title(title, fontsize=9)
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=7, loc="upper right", ncol=2)
     fig.tight_layout()
     return fig
 
@@ -161,6 +171,9 @@ class DivergenceRadiusCallback(BackboneMonitor):
         self.perturbed: PerturbationCache | None = None
         self._perturbed_where: tuple[Shard, str] | None = None
         self.seconds = 0.0  # wall time spent computing (the callback's share of a run)
+        #: mean cosine between different probe images' embeddings at the last computation (rank 0, with a figure;
+        #: None: not measured): the figure's collapse note
+        self.cross_cosine: float | None = None
 
     def _identity(self) -> dict[str, Any]:
         # "source" holds the source's name as before images= replaced source=; a tensor keeps "auto", the key the
@@ -209,6 +222,8 @@ class DivergenceRadiusCallback(BackboneMonitor):
                 device=pl_module.device,
                 perturbed=perturbed,
             )
+            if self.log_figure and trainer.global_rank == 0 and images.shape[0] >= 2:  # the figure's collapse check
+                self.cross_cosine = self._cross_cosine(fn, images, pl_module.device)
         progress.done()
         seconds = time.perf_counter() - start
         self.seconds += seconds
@@ -220,11 +235,19 @@ class DivergenceRadiusCallback(BackboneMonitor):
             )  # fmt: skip
         return out
 
+    @torch.no_grad()
+    def _cross_cosine(self, fn: Callable[[Tensor], Tensor], images: Tensor, device: torch.device) -> float:
+        """Mean cosine between the clean embeddings of different probe images (one forward of the probe set, in
+        chunks; :func:`~src.callbacks.collapse_alarm.mean_cross_cosine`)."""
+        step = self.chunk_size
+        z = torch.cat([fn(images[i : i + step].to(device)).float() for i in range(0, images.shape[0], step)])
+        return mean_cross_cosine(z)
+
     def _log_figure(self, trainer: L.Trainer) -> None:
         if self.log_figure:
             title = f"after {self._x} epoch(s)"
             self._add_figure(
                 trainer,
                 f"{self.prefix}/divergence_radius/bars",
-                lambda: robustness_figure(self.last, self.names, title),
+                lambda: robustness_figure(self.last, self.names, title, self.cross_cosine),
             )
