@@ -16,6 +16,7 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from ..utils.allocator import keep_freed_memory
+from ..utils.console import announce_run, quiet_cli
 from ..utils.hydra_utils import register_resolvers  # noqa: F401  (configs/hydra resolvers)
 from ..utils.resources import config_dir
 
@@ -172,7 +173,9 @@ def run(cfg: DictConfig) -> str:
 
 
 @hydra.main(version_base="1.3", config_path=str(config_dir()), config_name="report.yaml")
+@quiet_cli()  # no third-party advertisements or known-harmless warnings, for this call only
 def main(cfg: DictConfig) -> None:
+    announce_run(cfg)  # the first lines, before anything slow
     run(cfg)
 
 
