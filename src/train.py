@@ -42,6 +42,7 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 from omegaconf import DictConfig
 
 from . import PACKAGE
+from .callbacks import check_monitor_prefixes
 from .sweeps.objective import check_objective
 from .sweeps.storage import register_resolvers
 from .utils.allocator import keep_freed_memory
@@ -258,6 +259,7 @@ def _train(cfg: DictConfig, run_dir: Path | None) -> tuple[dict[str, float], dic
         check_resume_checkpoint(ckpt_path, model)  # before any callback, logger or trainer writes a file
         resumed_step = int(read_checkpoint(ckpt_path).get("global_step", 0))
     callbacks = instantiate_list(cfg.get("callbacks"))
+    check_monitor_prefixes(callbacks)  # two monitors of a kind need their own prefix=: said before Lightning's error
     loggers = instantiate_list(cfg.get("logger"))
     plugins = list(cfg.trainer.get("plugins") or [])
     if not plugins:  # atomic saves in the checkpoint's own folder (never a truncated last.ckpt)

@@ -1,5 +1,6 @@
 """Lightning callbacks that monitor a backbone during anyone's training."""
 
+from ._monitor import check_monitor_prefixes
 from .checkpointing import (
     ExceptionCheckpoint,
     ScoreCheckpoint,
@@ -28,6 +29,7 @@ __all__ = [
     "SelectionCriterion",
     "SynBenchCallback",
     "TaskPriorCallback",
+    "check_monitor_prefixes",
     "mean_cross_cosine",
     "metric_direction",
     "metric_producer",

@@ -584,7 +584,13 @@ class BackboneMonitor(L.Callback):
 
 def check_monitor_prefixes(callbacks: Sequence[Any]) -> None:
     """Refuse two monitors of one type with the same ``prefix`` among ``callbacks``: a ValueError naming ``prefix=``
-    (both would log the same names and share one checkpoint state)."""
+    (both would log the same names and share one checkpoint state).
+
+    Called by :meth:`BackboneMonitor.setup` and by RepBench's CLIs before they build the Trainer. Two monitors with
+    equal arguments have equal ``state_key``s, which Lightning itself refuses in ``Trainer(callbacks=...)``, before
+    any hook runs ("more than one stateful callback ... consult the documentation of <class>": each monitor's
+    docstring names ``prefix=``); RepBench does not patch Lightning to say it earlier (importing RepBench changes no
+    global state). Call it on your list before ``L.Trainer(callbacks=...)`` for this message instead."""
     seen: set[tuple[type, str]] = set()
     for cb in callbacks:
         if not isinstance(cb, BackboneMonitor):
@@ -597,26 +603,3 @@ def check_monitor_prefixes(callbacks: Sequence[Any]) -> None:
                 f"prefix=, e.g. prefix='{cb.prefix}/a' and prefix='{cb.prefix}/b'"
             )
         seen.add(key)
-
-
-def _install_prefix_check() -> None:
-    """Run :func:`check_monitor_prefixes` first in Lightning's callback-list check. Lightning validates the list in
-    ``Trainer(callbacks=...)``, before any hook of a callback runs, and refuses two equal ``state_key``s with a
-    message about ``state_key``; two identical monitors (same type, arguments and prefix) have equal state keys, so
-    the user's fix, ``prefix=``, is named there. Idempotent; a Lightning without that function keeps only the check
-    in :meth:`BackboneMonitor.setup`."""
-    from lightning.pytorch.trainer.connectors import callback_connector
-
-    original = getattr(callback_connector, "_validate_callbacks_list", None)
-    if original is None or getattr(original, "repbench_prefix_check", False):
-        return
-
-    def validate(callbacks: list[Any]) -> None:
-        check_monitor_prefixes(callbacks)
-        original(callbacks)
-
-    validate.repbench_prefix_check = True  # type: ignore[attr-defined]
-    callback_connector._validate_callbacks_list = validate
-
-
-_install_prefix_check()

@@ -89,6 +89,9 @@ class CollapseAlarm(BackboneMonitor):
     every_n_epochs: check at the end of every N-th epoch (and after the last one).
     feature_fn: ``(pl_module, x) -> (N, D)``; default ``pl_module.backbone.embed``.
     prefix: logs ``{prefix}/alarm`` (0/1) and ``{prefix}/cosine``.
+
+    Two of one kind in one Trainer: give each its own ``prefix=`` (Lightning refuses two with equal arguments as
+    "more than one stateful callback"; :func:`~src.callbacks.check_monitor_prefixes` says it before the Trainer).
     """
 
     KEYS = {

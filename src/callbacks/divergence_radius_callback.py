@@ -129,6 +129,9 @@ class DivergenceRadiusCallback(BackboneMonitor):
     progress: report progress while computing (counts of embedded images, elapsed time).
     config: the sweep as a DivergenceRadiusConfig or a mapping of its fields (None = its defaults); the arguments
         above override its fields when they are not None.
+
+    Two of one kind in one Trainer: give each its own ``prefix=`` (Lightning refuses two with equal arguments as
+    "more than one stateful callback"; :func:`~src.callbacks.check_monitor_prefixes` says it before the Trainer).
     """
 
     def __init__(

@@ -77,6 +77,9 @@ class DownstreamProbeCallback(BackboneMonitor):
         training data has no labels (fine-tuning on photo crops, self-supervised pretraining on unlabelled images);
         its ``prepare_data()`` and ``setup("fit")``/``setup("test")`` run once, before training, on every rank.
         None (default): the trainer's data module. Its images follow ``normalize`` like the training data's.
+
+    Two of one kind in one Trainer: give each its own ``prefix=`` (Lightning refuses two with equal arguments as
+    "more than one stateful callback"; :func:`~src.callbacks.check_monitor_prefixes` says it before the Trainer).
     """
 
     def __init__(

@@ -101,6 +101,9 @@ class RepresentationSpectrumCallback(BackboneMonitor):
     max_batch: images per forward.
     prefix: log-name prefix (``val/spectrum``): ``{prefix}/rankme``, ``{prefix}/alpha_req``.
     progress: report progress while computing (counts of embedded images, elapsed time).
+
+    Two of one kind in one Trainer: give each its own ``prefix=`` (Lightning refuses two with equal arguments as
+    "more than one stateful callback"; :func:`~src.callbacks.check_monitor_prefixes` says it before the Trainer).
     """
 
     def __init__(

@@ -76,6 +76,9 @@ class SynBenchCallback(BackboneMonitor):
         normalised that way (the monitors' input contract): the synthetic pixel images are normalised with it before
         every forward (composed with a RepBench backbone's own normalisation inside ``embed``). None: the backbone
         takes [0, 1] pixels (RepBench's backbones normalise inside).
+
+    Two of one kind in one Trainer: give each its own ``prefix=`` (Lightning refuses two with equal arguments as
+    "more than one stateful callback"; :func:`~src.callbacks.check_monitor_prefixes` says it before the Trainer).
     """
 
     def __init__(

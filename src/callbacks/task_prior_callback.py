@@ -78,6 +78,9 @@ class TaskPriorCallback(BackboneMonitor):
     convention: ``"repbench"`` (default) | ``"paper"`` | ``"authors"`` (or a ``TaskPriorConvention``): the preset of
         ``temperature``, ``eval_scale`` and ``prior_scale`` (docs/task_prior.md, "Conventions"); an explicit
         value (not None) wins. Resolved and checked here, before training.
+
+    Two of one kind in one Trainer: give each its own ``prefix=`` (Lightning refuses two with equal arguments as
+    "more than one stateful callback"; :func:`~src.callbacks.check_monitor_prefixes` says it before the Trainer).
     """
 
     def __init__(

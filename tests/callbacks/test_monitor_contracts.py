@@ -15,11 +15,13 @@ from lightning.pytorch.loggers import TensorBoardLogger
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
+import src.callbacks as src_callbacks
 from src.callbacks import (
     DivergenceRadiusCallback,
     RepresentationSpectrumCallback,
     SynBenchCallback,
     TaskPriorCallback,
+    check_monitor_prefixes,
 )
 from src.utils.probe_images import PIXEL_OVERSHOOT, clip_overshoot, pixel_images
 from src.utils.tensorboard import read_scalars
@@ -218,21 +220,52 @@ def test_two_divergence_radius_callbacks_keep_their_states_apart(tmp_path: Path)
 
 
 def test_two_monitors_of_one_type_need_different_prefixes() -> None:
+    """Different arguments, one prefix: Lightning accepts the Trainer (the state keys differ), setup refuses it."""
+    trainer = quiet_trainer(max_epochs=1, callbacks=[_dr(), _dr(perturbations=["gaussian_noise"])])
     with pytest.raises(ValueError, match="same prefix 'val'.*give each its own prefix="):
-        quiet_trainer(max_epochs=1, callbacks=[_dr(), _dr(perturbations=["gaussian_noise"])])
+        trainer.fit(_Net(), datamodule=_DM(_pixels()))
+    assert trainer.global_step == 0
     trainer = quiet_trainer(max_epochs=1, callbacks=[_dr()])
     trainer.callbacks.append(_dr(perturbations=["gaussian_noise"]))  # added after the Trainer was built
     with pytest.raises(ValueError, match="same prefix 'val'.*give each its own prefix="):
         trainer.fit(_Net(), datamodule=_DM(_pixels()))
 
 
-@pytest.mark.parametrize("make", [_dr, lambda: RepresentationSpectrumCallback(num_images=6, image_size=16)])
+_MONITORS = [_dr, lambda: RepresentationSpectrumCallback(num_images=6, image_size=16)]
+
+
+@pytest.mark.parametrize("make", _MONITORS)
 def test_two_identical_monitors_name_prefix_not_state_key(make) -> None:
-    """CB17: two monitors of one type with equal arguments have equal state keys, which Lightning refuses in
-    Trainer(callbacks=...) (before any hook runs) with a message about state_key; the base class names prefix=."""
+    """CB17: two monitors with equal arguments have equal state keys, which Lightning refuses in
+    Trainer(callbacks=...) before any hook runs, pointing to the class's documentation: check_monitor_prefixes (what
+    src.train calls before building its Trainer) names prefix= first, and every monitor's docstring names it.
+    RepBench does not patch Lightning's check (importing it changes no global state)."""
     with pytest.raises(ValueError, match=r"two \w+s in one Trainer log under the same prefix.*its own prefix="):
+        check_monitor_prefixes([make(), make()])
+    with pytest.raises(RuntimeError, match=r"more than one stateful callback of type `(\w+)`.*documentation of"):
         quiet_trainer(max_epochs=1, callbacks=[make(), make()])
-    quiet_trainer(max_epochs=1, callbacks=[make(), EarlyStopping("x")])  # one of a kind, among other callbacks: fine
+    check_monitor_prefixes([make(), EarlyStopping("x")])  # one of a kind, among other callbacks: fine
+    quiet_trainer(max_epochs=1, callbacks=[make(), EarlyStopping("x")])
+
+
+def test_every_monitor_documents_prefix_for_two_of_a_kind() -> None:
+    """Lightning's message sends the user to the class's documentation: each monitor's docstring names prefix=."""
+    from src.callbacks._monitor import BackboneMonitor
+
+    monitors = [c for c in vars(src_callbacks).values() if isinstance(c, type) and issubclass(c, BackboneMonitor)]
+    assert len(monitors) >= 6
+    for cls in monitors:
+        assert "Two of one kind in one Trainer: give each its own ``prefix=``" in (cls.__doc__ or ""), cls
+
+
+def test_src_train_checks_prefixes_before_building_its_trainer() -> None:
+    """The CLI's order: callbacks instantiated, prefixes checked, then the Trainer (Lightning's check)."""
+    import inspect
+
+    import src.train as train_module
+
+    source = inspect.getsource(train_module)
+    assert source.index("check_monitor_prefixes(callbacks)") < source.index("trainer: L.Trainer = instantiate(")
 
 
 class _MixedSizes(Dataset):
