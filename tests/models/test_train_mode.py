@@ -305,7 +305,7 @@ def test_cli_fit_silences_the_eval_mode_warning_for_that_call_only() -> None:
 
 _IMPORT_PROBE = r"""
 import json, os, sys, warnings
-import torch, lightning, torchmetrics  # third-party imports first: only RepBench's own effects are compared
+import torch, lightning, lightning.pytorch.trainer.connectors.callback_connector, torchmetrics  # third-party first: only RepBench's own effects are compared
 
 def state():
     b = torch.backends
@@ -323,6 +323,11 @@ def state():
         "default_dtype": str(torch.get_default_dtype()),
         "rng": torch.random.get_rng_state().sum().item(),
         "environ": sorted(os.environ.items()),
+        # Lightning's module-level functions (a patched check would change every Trainer of the process)
+        "lightning.callback_connector": sorted(
+            f"{k}={id(v)}" for k, v in vars(lightning.pytorch.trainer.connectors.callback_connector).items()
+            if callable(v)
+        ),
     }
 
 before = state()
