@@ -10,6 +10,7 @@ from torch.utils.data import DataLoader
 from src.backbones import create_backbone
 from src.metrics.synbench_score import synbench_distributed
 from src.models import RobustLinearProbe
+from src.models.auto_epsilon import guided_epsilon
 from src.synbench import SynBenchConfig
 
 from .test_robust_probe import _Toy
@@ -45,6 +46,43 @@ def test_auto_epsilon_is_the_synbench_argmax() -> None:
     scores = {e: res.score(e) for e in fields["eps"]}
     assert model.auto_epsilon_scores == scores  # one process, the same loop on the same samples: bitwise equal
     assert model.epsilon == pytest.approx(0.5 * max(scores, key=scores.get))
+
+
+def test_the_first_threshold_with_a_positive_score_decides() -> None:
+    """guided_epsilon: argmax at the first a_T (in the given order) with a positive score; ties -> the smallest ε;
+    every score 0 -> (0.0, None): nothing ranks ε."""
+    assert guided_epsilon({0.7: {0.0: 0.1, 0.2: 0.3, 0.4: 0.3}}) == (0.2, 0.7)
+    assert guided_epsilon({0.7: {0.0: 0.0, 0.2: 0.0}, 0.6: {0.0: 0.01, 0.2: 0.1}}) == (0.2, 0.6)
+    assert guided_epsilon({0.6: {0.0: 0.01, 0.2: 0.1}, 0.7: {0.0: 0.5, 0.2: 0.0}}) == (0.2, 0.6)  # order, not value
+    assert guided_epsilon({0.7: {0.4: 0.0, 0.2: 0.0}, 0.6: {0.4: 0.0, 0.2: 0.0}}) == (0.0, None)
+    assert guided_epsilon({}) == (0.0, None)
+
+
+def test_all_zero_scores_give_standard_probing_with_a_warning(caplog) -> None:
+    """A threshold no representation reaches (a_T = 0.99 on a random tiny net): every score is 0, ε = 0 and the log
+    says why and what to change (not a silent argmax of a tie)."""
+    torch.manual_seed(0)  # the first test's backbone (its features pass SynBench's eigenvalue check)
+    model = RobustLinearProbe(
+        backbone=create_backbone("timm:test_efficientnet", pretrained=False),
+        num_classes=2,
+        epsilon="auto",
+        auto_epsilon={**AUTO, "a_T": (0.99,)},
+        attack={"steps": 1},
+        scheduler=None,
+    )
+    with caplog.at_level("WARNING", logger="repbench"):
+        L.Trainer(
+            max_epochs=1,
+            accelerator="cpu",
+            logger=False,
+            enable_checkpointing=False,
+            enable_progress_bar=False,
+            limit_train_batches=1,
+            inference_mode=False,
+        ).fit(model, DataLoader(_Toy(size=8), batch_size=16))
+    assert model.epsilon == 0.0 and model.auto_epsilon_a_T is None
+    assert set(model.auto_epsilon_scores.values()) == {0.0}
+    assert "the scores do not rank eps; eps = 0 (standard probing). Lower auto_epsilon.a_T" in caplog.text
 
 
 def test_bad_scale_is_an_error() -> None:
