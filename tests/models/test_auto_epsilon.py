@@ -20,6 +20,19 @@ AUTO = dict(
 )
 
 
+def _fit_one_step(model: RobustLinearProbe) -> None:
+    """One training step on the toy data (epsilon=auto runs in setup, before it)."""
+    L.Trainer(
+        max_epochs=1,
+        accelerator="cpu",
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        limit_train_batches=1,
+        inference_mode=False,
+    ).fit(model, DataLoader(_Toy(size=8), batch_size=16))
+
+
 def test_auto_epsilon_is_the_synbench_argmax() -> None:
     torch.manual_seed(0)
     bb = create_backbone("timm:test_efficientnet", pretrained=False)
@@ -32,15 +45,7 @@ def test_auto_epsilon_is_the_synbench_argmax() -> None:
         scheduler=None,
     )
     assert model.epsilon is None
-    L.Trainer(
-        max_epochs=1,
-        accelerator="cpu",
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        limit_train_batches=1,
-        inference_mode=False,
-    ).fit(model, DataLoader(_Toy(size=8), batch_size=16))
+    _fit_one_step(model)
     fields = {k: v for k, v in AUTO.items() if k != "input_size"}
     _, res = synbench_distributed(bb.eval().embed, (3, 8, 8), SynBenchConfig(**fields))
     scores = {e: res.score(e) for e in fields["eps"]}
@@ -71,15 +76,7 @@ def test_all_zero_scores_give_standard_probing_with_a_warning(caplog) -> None:
         scheduler=None,
     )
     with caplog.at_level("WARNING", logger="repbench"):
-        L.Trainer(
-            max_epochs=1,
-            accelerator="cpu",
-            logger=False,
-            enable_checkpointing=False,
-            enable_progress_bar=False,
-            limit_train_batches=1,
-            inference_mode=False,
-        ).fit(model, DataLoader(_Toy(size=8), batch_size=16))
+        _fit_one_step(model)
     assert model.epsilon == 0.0 and model.auto_epsilon_a_T is None
     assert set(model.auto_epsilon_scores.values()) == {0.0}
     assert "the scores do not rank eps; eps = 0 (standard probing). Lower auto_epsilon.a_T" in caplog.text
