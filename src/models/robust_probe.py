@@ -23,6 +23,7 @@ from ..backbones import Backbone, check_images
 from ..features import FeatureExtractor
 from ..utils import format_eps
 from ..utils.checkpoint import register_module
+from ..utils.checks import check_int
 from .base import RepBenchModule, unpack_batch
 from .feature_cache import FeatureCache, find_random_transforms
 
@@ -105,12 +106,13 @@ class RobustLinearProbe(RepBenchModule):
             raise ValueError(f"epsilon must be a finite number >= 0 (pixel-space budget), got {epsilon}")
         if any(not (float(e) >= 0) for e in eval_epsilons):
             raise ValueError(f"eval_epsilons must be >= 0, got {list(eval_epsilons)}")
+        num_classes = check_int(num_classes, "model.num_classes", 2, meaning="classes of the head")
         attack_cfg = _attack_config({**ATTACK_DEFAULTS, **dict(attack or {})}, "attack")
         eval_cfg = {**attack_cfg, "random_start": False, **EVAL_ATTACK_DEFAULTS, **dict(eval_attack or {})}
         eval_cfg = _attack_config(eval_cfg, "eval_attack")
         super().__init__(backbone)
         self.backbone.requires_grad_(False).eval()
-        self.head = nn.Linear(self.backbone.embed_dim, int(num_classes))
+        self.head = nn.Linear(self.backbone.embed_dim, num_classes)
         self.attack_cfg = attack_cfg
         self.eval_attack_cfg = eval_cfg
         self.epsilon: float | None = None if epsilon == "auto" else float(epsilon)
@@ -119,12 +121,12 @@ class RobustLinearProbe(RepBenchModule):
         self._cache = FeatureCache()
         self._val_cache = FeatureCache()
         self._checked: set[str] = set()
-        self.train_acc = MulticlassAccuracy(int(num_classes), average="micro")
-        self.val_acc = MulticlassAccuracy(int(num_classes), average="micro")
-        self.test_acc = MulticlassAccuracy(int(num_classes), average="micro")
+        self.train_acc = MulticlassAccuracy(num_classes, average="micro")
+        self.val_acc = MulticlassAccuracy(num_classes, average="micro")
+        self.test_acc = MulticlassAccuracy(num_classes, average="micro")
         self.adv_acc = nn.ModuleDict(
             {
-                self.adv_name(stage, e).replace("/", "_"): MulticlassAccuracy(int(num_classes), average="micro")
+                self.adv_name(stage, e).replace("/", "_"): MulticlassAccuracy(num_classes, average="micro")
                 for stage in ("val", "test")
                 for e in self.eval_epsilons
             }

@@ -14,6 +14,7 @@ from torchmetrics.classification import MulticlassAccuracy
 
 from ..backbones import Backbone, check_images
 from ..utils.checkpoint import register_module
+from ..utils.checks import check_int
 from .base import RepBenchModule, unpack_batch
 
 __all__ = ["SupervisedPretraining"]
@@ -44,11 +45,12 @@ class SupervisedPretraining(RepBenchModule):
     ) -> None:
         if not 0.0 <= float(label_smoothing) < 1.0:
             raise ValueError(f"label_smoothing must be in [0, 1), got {label_smoothing}")
+        num_classes = check_int(num_classes, "model.num_classes", 2, meaning="classes of the head")
         super().__init__(backbone)
-        self.head = nn.Linear(self.backbone.embed_dim, int(num_classes))
-        self.train_acc = MulticlassAccuracy(int(num_classes), average="micro")
-        self.val_acc = MulticlassAccuracy(int(num_classes), average="micro")
-        self.test_acc = MulticlassAccuracy(int(num_classes), average="micro")
+        self.head = nn.Linear(self.backbone.embed_dim, num_classes)
+        self.train_acc = MulticlassAccuracy(num_classes, average="micro")
+        self.val_acc = MulticlassAccuracy(num_classes, average="micro")
+        self.test_acc = MulticlassAccuracy(num_classes, average="micro")
 
     def forward(self, x: Tensor) -> Tensor:
         return self.head(self.backbone.embed(x))

@@ -100,6 +100,8 @@ def test_pgd_evaluation_under_inference_mode_is_a_clear_error() -> None:
         ({"epsilon": "big"}, "'auto'"),
         ({"eval_epsilons": [-1.0]}, "eval_epsilons"),
         ({"num_classes": 1}, "num_classes"),
+        ({"num_classes": 2.5}, r"model.num_classes must be an integer >= 2"),  # not truncated to 2 classes
+        ({"num_classes": True}, r"model.num_classes must be an integer"),
         ({"attack": {"norm": "l1"}}, "norm"),
     ],
 )
@@ -136,3 +138,14 @@ def test_nan_features_are_an_error_not_a_logged_nan() -> None:
     model.backbone.forward_normalized = lambda x: torch.full((len(x), model.backbone.embed_dim), float("nan"))
     with pytest.raises(FloatingPointError, match="non-finite"):
         _trainer(1).fit(model, DataLoader(_Toy(), batch_size=16))
+
+
+@pytest.mark.parametrize("num_classes", [2.5, 1, "ten"])
+def test_supervised_pretraining_refuses_a_bad_class_count(num_classes) -> None:
+    """SupervisedPretraining's head: an integer >= 2, named model.num_classes (2.5 was truncated to 2)."""
+    from src.models import SupervisedPretraining
+
+    with pytest.raises(ValueError, match=r"model.num_classes must be an integer >= 2"):
+        SupervisedPretraining(
+            backbone=create_backbone("timm:test_efficientnet", pretrained=False), num_classes=num_classes
+        )
