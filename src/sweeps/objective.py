@@ -38,7 +38,8 @@ def objective_names(cfg: Mapping[str, Any]) -> dict[str, str]:
 
 
 def _monitor_of(name: str) -> type | None:
-    """The callback class that logs ``name`` when only a monitor logs it (by its metric, ``metric_producer``), else None."""
+    """The callback class that logs ``name`` when only a monitor logs it, else None: a name a RepBench metric logs
+    (``metric_producer``) under a monitor's log group (the segment before the last: ``val/spectrum/rankme``)."""
     from ..callbacks import (
         DivergenceRadiusCallback,
         DownstreamProbeCallback,
@@ -46,20 +47,19 @@ def _monitor_of(name: str) -> type | None:
         SynBenchCallback,
         metric_producer,
     )
-    from ..metrics import AlphaReQ, CosineRobustness, DivergenceRadius, RankMe, SynBenchScore
 
-    if name.split("/")[-2:-1] == ["downstream"] and metric_producer(name) is not None:
-        return DownstreamProbeCallback  # its accuracies (the metric class, accuracy, is also the modules')
-
-    # TaskPriorMoments is not here: the task-prior probe module logs val/task_prior/* itself
+    # by log group, not by metric class: the downstream probes' accuracy is also the modules' val/acc.
+    # task_prior is not here: the task-prior probe module logs val/task_prior/* itself
     monitors = {
-        SynBenchScore: SynBenchCallback,
-        DivergenceRadius: DivergenceRadiusCallback,
-        CosineRobustness: DivergenceRadiusCallback,
-        RankMe: RepresentationSpectrumCallback,
-        AlphaReQ: RepresentationSpectrumCallback,
+        "synbench": SynBenchCallback,
+        "divergence_radius": DivergenceRadiusCallback,
+        "cosine_robustness": DivergenceRadiusCallback,
+        "spectrum": RepresentationSpectrumCallback,
+        "downstream": DownstreamProbeCallback,
     }
-    return monitors.get(metric_producer(name))
+    parts = str(name).split("/")
+    group = parts[-2] if len(parts) > 1 else ""
+    return monitors.get(group) if metric_producer(name) is not None else None
 
 
 def _configured(cfg: Mapping[str, Any]) -> list[tuple[str, type, Any]]:
