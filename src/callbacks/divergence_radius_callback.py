@@ -163,7 +163,7 @@ class DivergenceRadiusCallback(BackboneMonitor):
         image_size = check_int(
             image_size, "DivergenceRadiusCallback: image_size", 16, meaning="the perturbations' smallest side"
         )
-        self.config = DivergenceRadiusConfig.merged(
+        self.config = DivergenceRadiusConfig.coerce(
             config, perturbations=perturbations, m=m, mode=mode, seed=seed, chunk_size=chunk_size
         )
         self.names, self.m, self.mode = self.config.perturbations, self.config.m, self.config.mode

@@ -41,10 +41,13 @@ __all__ = ["TaskPriorCallback"]
 class TaskPriorCallback(BackboneMonitor):
     """Args:
     every_n_epochs: compute at the end of every N-th training epoch (and after the last one).
+    config: a :class:`~src.task_prior.TaskPriorConfig` or a mapping of its fields (None = its defaults): the prior
+        backbone, the convention and its settings, the block size. Each keyword below that is not None replaces the
+        config's value (merged once, :meth:`~src.utils.options.Options.coerce`).
     temperature: T of the Task Prior (Thm 2.3); None = the convention's (``"repbench"``: 0.01).
     prior_backbone: registry name or ``{name: ..., **opts}`` of the prior (its features are computed once on the
         fixed images, then the backbone is dropped); or give ``prior_features`` (N, D) for the same images (and
-        ``prior_backbone=None``). Default: :class:`~src.task_prior.TaskPriorConfig`'s.
+        leave ``prior_backbone`` None). None: the config's (:class:`~src.task_prior.TaskPriorConfig`'s default).
     images: the fixed image set, the vocabulary of :func:`src.utils.probe_images.probe_images` (shared with
         DivergenceRadiusCallback): ``"val"`` (default: the first ``num_images`` validation images, at their own size:
         not resized) | ``"auto"`` (those, else the bundled photos) | ``"photos"`` | ``"digits"`` | an (N, C, H, W)
@@ -59,7 +62,7 @@ class TaskPriorCallback(BackboneMonitor):
         <= 32 px as zero vectors.
     feature_fn: ``(pl_module, x) -> (N, D)``; default ``pl_module.backbone.embed``.
     eval_scale, prior_scale: ``"frobenius"`` | ``"none"``; None = the convention's (``"repbench"``: M/‖M‖_F, raw K).
-    block_size: row blocks of the tiled moments (memory only); default :class:`~src.task_prior.TaskPriorConfig`'s.
+    block_size: row blocks of the tiled moments (memory only); None = the config's.
     skip_unchanged: do not recompute when the backbone's weights did not change.
     max_batch: images per forward.
     prefix: log-name prefix (``val/task_prior``).
@@ -87,7 +90,7 @@ class TaskPriorCallback(BackboneMonitor):
         self,
         every_n_epochs: int = 1,
         temperature: float | None = None,
-        prior_backbone: str | Mapping[str, Any] | None = TaskPriorConfig.prior_backbone,
+        prior_backbone: str | Mapping[str, Any] | None = None,
         prior_features: Tensor | None = None,
         images: str | Tensor = "val",
         num_images: int = 512,
@@ -95,16 +98,17 @@ class TaskPriorCallback(BackboneMonitor):
         feature_fn: Callable[[L.LightningModule, Tensor], Tensor] | None = None,
         eval_scale: str | None = None,
         prior_scale: str | None = None,
-        block_size: int = TaskPriorConfig.block_size,
+        block_size: int | None = None,
         skip_unchanged: bool = True,
         max_batch: int = 256,
         prefix: str = "val/task_prior",
         at_train_start: bool = False,
         denormalize: Any = None,
         progress: bool = True,
-        convention: str | TaskPriorConvention = TaskPriorConfig.convention,
+        convention: str | TaskPriorConvention | None = None,
         normalize: Normalize = None,
         prior_image_size: int | None = None,
+        config: TaskPriorConfig | Mapping[str, Any] | None = None,
     ) -> None:
         super().__init__(
             every_n_epochs, feature_fn, skip_unchanged, prefix, at_train_start, progress, normalize, denormalize
@@ -114,19 +118,32 @@ class TaskPriorCallback(BackboneMonitor):
             if prior_image_size is None
             else check_image_size(prior_image_size, "prior_image_size", "TaskPriorCallback: set prior_image_size=64")
         )
-        if prior_backbone is None and prior_features is None:
-            raise ValueError("give prior_backbone (a registry name) or prior_features (N, D) for the fixed images")
+        if prior_backbone is not None and prior_features is not None:
+            raise ValueError(
+                "give prior_backbone (a registry name) or prior_features (N, D) for the fixed images, not both"
+            )
         if prior_backbone is not None:
             check_backbone_spec(prior_backbone, "prior_backbone")
+        preset = convention if isinstance(convention, TaskPriorConvention) else None  # a preset object, not a name
+        #: the options, merged once here: ``config`` with the keywords that are not None on top
+        self.options = TaskPriorConfig.coerce(
+            config, temperature=temperature, prior_backbone=prior_backbone, eval_scale=eval_scale,
+            prior_scale=prior_scale, block_size=block_size, convention=None if preset else convention,
+        )  # fmt: skip
+        o = self.options
         #: T and the scales of the moments, resolved and checked now rather than at the first epoch end
-        self.settings = resolve_convention(
-            convention, temperature=temperature, eval_scale=eval_scale, prior_scale=prior_scale
+        self.settings = (
+            o.settings
+            if preset is None
+            else resolve_convention(
+                preset, temperature=o.temperature, eval_scale=o.eval_scale, prior_scale=o.prior_scale
+            )
         )
-        self.prior_backbone = prior_backbone
+        self.prior_backbone = None if prior_features is not None else self.options.prior_backbone
         self.prior_features = prior_features
         # validation images at their own size (resize=False keeps the numbers of earlier versions); a kernel needs pairs
         self._init_images(images, num_images, image_size, resize=False, min_images=2)
-        self.block_size = check_block_size(block_size)
+        self.block_size = check_block_size(self.options.block_size)
         self.max_batch = check_int(max_batch, "TaskPriorCallback: max_batch", 1, meaning="images per forward")
         self._prior_share: Tensor | None = None  # prior features of this rank's share
 

@@ -35,7 +35,7 @@ def comparison_arguments(cfg: DictConfig) -> dict[str, Any]:
 
     plain = lambda node: OmegaConf.to_container(node, resolve=True) if node is not None else None  # noqa: E731
     try:
-        config = DivergenceRadiusConfig.merged(plain(cfg.divergence_radius) or {})
+        config = DivergenceRadiusConfig.coerce(plain(cfg.divergence_radius) or {})
     except (TypeError, ValueError) as exc:
         raise type(exc)(
             f"divergence_radius block of configs/divergence_radius.yaml: {exc} (override a field as divergence_radius.m=...)"

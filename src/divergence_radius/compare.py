@@ -106,7 +106,7 @@ def check_comparison(
 
     specs = backbone_list(backbones)
     names = backbone_labels(specs)
-    cfg = DivergenceRadiusConfig.merged(config)
+    cfg = DivergenceRadiusConfig.coerce(config)
     if classifier not in CLASSIFIERS:
         raise ValueError(
             f"classifier must be 'linear' (a logistic-regression probe on clean features) or 'zero_shot' (CLIP "

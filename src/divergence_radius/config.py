@@ -3,19 +3,19 @@ Vision Foundation Models to Common Perturbations", arXiv:2604.14973, §4), with 
 
 Every entry point of the method (``robustness_sweep``, ``robustness_metrics``, ``DivergenceRadiusCallback``,
 ``robustness_report``, ``compare_backbones``, ``python -m src.divergence_radius``) takes ``config=`` (this class, a mapping of
-its fields, or None) and reads its defaults from here; the vocabulary (perturbation names, m, mode) is validated by the
+its fields, or None; merged with keyword overrides once by :meth:`~src.utils.options.Options.coerce`) and reads its defaults from here; the vocabulary (perturbation names, m, mode) is validated by the
 perturbation registry, :mod:`src.perturbations.registry`.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any
 
 from ..perturbations.registry import check_m, check_mode, check_perturbation_names
 from ..utils.checks import check_int
+from ..utils.options import Options
 
 __all__ = ["DivergenceRadiusConfig"]
 
@@ -24,7 +24,7 @@ SEED_LIMIT = 2**63
 
 
 @dataclass(frozen=True)
-class DivergenceRadiusConfig:
+class DivergenceRadiusConfig(Options):
     """The sweep of one DivergenceRadius run.
 
     perturbations: names of :data:`src.perturbations.PERTURBATIONS` (None = all nine of Table 8, stored as the tuple
@@ -44,6 +44,8 @@ class DivergenceRadiusConfig:
     seed: int = 0
     chunk_size: int = 16
 
+    OPTIONS_BLOCK = "the divergence_radius: block of configs/divergence_radius.yaml"
+
     def __post_init__(self) -> None:
         checked = {
             "perturbations": check_perturbation_names(self.perturbations, "perturbations"),
@@ -59,39 +61,8 @@ class DivergenceRadiusConfig:
         for name, value in checked.items():
             object.__setattr__(self, name, value)  # frozen: normalised values (tuple, int) set once here
 
-    @classmethod
-    def merged(cls, config: DivergenceRadiusConfig | Mapping[str, Any] | None = None, **overrides: Any):
-        """``config`` (a DivergenceRadiusConfig, a mapping of its fields, or None for the defaults) with the
-        ``overrides`` that are not None: the one way an entry point combines ``config=`` with its keyword arguments
-        (``perturbations=``, ``m=``, ...), whose default None means "the config's value"."""
-        if config is None:
-            base = cls()
-        elif isinstance(config, cls):
-            base = config
-        elif isinstance(config, Mapping):
-            base = cls(**_known_fields(cls, config, "config"))
-        else:
-            raise TypeError(
-                f"config must be a DivergenceRadiusConfig, a mapping of its fields "
-                f"({', '.join(f.name for f in fields(cls))}) or None, got {type(config).__name__}"
-            )
-        given = _known_fields(cls, {k: v for k, v in overrides.items() if v is not None}, "keyword")
-        return dataclasses.replace(base, **given) if given else base
-
     def to_dict(self) -> dict[str, Any]:
         """The fields as plain JSON / hparams values (perturbations as a list)."""
         out = dataclasses.asdict(self)
         out["perturbations"] = list(self.perturbations)
         return out
-
-
-def _known_fields(cls: type, values: Mapping[str, Any], what: str) -> dict[str, Any]:
-    """``values`` as a dict after checking that every key is a field of ``cls`` (a ValueError names the others)."""
-    names = [f.name for f in fields(cls)]
-    unknown = sorted(str(k) for k in values if k not in names)
-    if unknown:
-        raise ValueError(
-            f"{what} {unknown} {'is' if len(unknown) == 1 else 'are'} not DivergenceRadiusConfig field(s); "
-            f"the fields are {', '.join(names)}"
-        )
-    return dict(values)

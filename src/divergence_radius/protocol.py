@@ -67,7 +67,7 @@ def sweep_parameters(
     """The m parameters of every perturbation of ``config`` (arguments that are not None override its fields):
     equally spaced, or (``mode="random"``) uniform draws seeded by (seed, perturbation name), shared by all images
     of the sweep."""
-    cfg = DivergenceRadiusConfig.merged(config, perturbations=names, m=m, mode=mode, seed=seed)
+    cfg = DivergenceRadiusConfig.coerce(config, perturbations=names, m=m, mode=mode, seed=seed)
     out = {}
     for name in cfg.perturbations:
         g = torch.Generator().manual_seed(mix_seed(cfg.seed, _name_key(name))) if cfg.mode == "random" else None
@@ -177,7 +177,7 @@ class PerturbationCache:
     ) -> bool:
         """Whether :func:`robustness_sweep` with these arguments (``overrides``: ``perturbations``, ``m``, ``mode``,
         ``seed``, ``chunk_size``) would take this cache (False: build a new one with :func:`cache_perturbations`)."""
-        cfg = DivergenceRadiusConfig.merged(config, **overrides)
+        cfg = DivergenceRadiusConfig.coerce(config, **overrides)
         return self.key == _cache_key(images, cfg, sweep_parameters(config=cfg), shard, _perturb_device(images, device))
 
 
@@ -202,7 +202,7 @@ def cache_perturbations(
     Memory (``cache.nbytes``): n_images × (1 + P·m) × 3 × H × W × 4 bytes for float32 images (P perturbations,
     n_images this shard's images); the default monitor (32 images of 64 px, P = 9, m = 5):
     32 × 46 × 3 × 64² × 4 ≈ 72 MB."""
-    cfg = DivergenceRadiusConfig.merged(
+    cfg = DivergenceRadiusConfig.coerce(
         config, perturbations=perturbations, m=m, mode=mode, seed=seed, chunk_size=chunk_size
     )
     _check_images(images)
@@ -255,7 +255,7 @@ def robustness_sweep(
     device is refused (ValueError).
     Malloc keeps freed memory for the duration of the call (:func:`src.utils.allocator.freed_memory_kept`).
     """
-    cfg = DivergenceRadiusConfig.merged(
+    cfg = DivergenceRadiusConfig.coerce(
         config, perturbations=perturbations, m=m, mode=mode, seed=seed, chunk_size=chunk_size
     )
     names, m, chunk_size, seed = cfg.perturbations, cfg.m, cfg.chunk_size, cfg.seed

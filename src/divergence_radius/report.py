@@ -212,7 +212,7 @@ def robustness_report(
     ACC_p on the test images, and per perturbation the regression test MSE of ACC_p on R_dr and on R_cs (first half
     of an order seeded by seed + 1 to fit, second half to test; the MSE of the best constant fitted on the first half
     is the baseline)."""
-    cfg = DivergenceRadiusConfig.merged(
+    cfg = DivergenceRadiusConfig.coerce(
         config, perturbations=perturbations, m=m, mode=mode, seed=seed, chunk_size=chunk_size
     )
     if test_images.shape[0] < 2:

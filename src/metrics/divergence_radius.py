@@ -171,7 +171,7 @@ def robustness_metrics(
     other images, config, shard or device is refused (ValueError, raised on every rank)."""
     error: BaseException | None = None
     try:
-        cfg = DivergenceRadiusConfig.merged(
+        cfg = DivergenceRadiusConfig.coerce(
             config, perturbations=perturbations, m=m, mode=mode, seed=seed, chunk_size=chunk_size
         )
         out = robustness_sweep(

@@ -36,7 +36,7 @@ from ..backbones.spec import BackboneLike, backbone_labels, backbone_list, build
 from ..backbones.weights import state_fingerprint
 from ..divergence_radius.config import DivergenceRadiusConfig
 from ..synbench.config import SynBenchConfig
-from ..task_prior.config import TaskPriorConfig, task_prior_config
+from ..task_prior.config import TaskPriorConfig
 from ..utils.probe_images import BUNDLED_DIGITS
 from .cache import ResultCache
 
@@ -121,8 +121,8 @@ class AuditConfig:
         if not isinstance(self.synbench, SynBenchConfig):
             object.__setattr__(self, "synbench", SynBenchConfig(**dict(self.synbench)))
         if not isinstance(self.divergence_radius, DivergenceRadiusConfig):
-            object.__setattr__(self, "divergence_radius", DivergenceRadiusConfig.merged(self.divergence_radius))
-        object.__setattr__(self, "task_prior", task_prior_config(self.task_prior))
+            object.__setattr__(self, "divergence_radius", DivergenceRadiusConfig.coerce(self.divergence_radius))
+        object.__setattr__(self, "task_prior", TaskPriorConfig.coerce(self.task_prior))
         from ..baselines import ALL_BASELINES
 
         which = ALL_BASELINES if self.baselines is None else tuple(self.baselines)

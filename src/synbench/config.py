@@ -10,6 +10,8 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
+from ..utils.options import Options
+
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 GRID_START = 0.6  # start of the official threshold grid linspace(0.6, 1, 100) (src.synbench.score.official_grid)
@@ -51,7 +53,7 @@ def _real_tuple(values: Any, name: str) -> tuple[float, ...]:
 
 
 @dataclass(frozen=True)
-class SynBenchConfig:
+class SynBenchConfig(Options):
     """Protocol of one SynBench run (ICML 2024 paper, Algorithm 1).
 
     s_values: separations s (μ̃ = s·1/√d); n_train / n_test: samples per s (official 2048 + 2048).
@@ -103,6 +105,8 @@ class SynBenchConfig:
     eig_tol_mode: str = "absolute"
     sample_on_device: bool = False
     linalg_threads: int | None = 1
+
+    OPTIONS_BLOCK = "the synbench: block of configs/synbench.yaml"
 
     def __post_init__(self) -> None:
         # types first, so that a string (a Hydra override such as synbench.n_train=abc) is named, not compared

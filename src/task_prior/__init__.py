@@ -5,7 +5,7 @@ probe study with its one default (:class:`TaskPriorConfig`), ``report.py`` the s
 (:func:`compare_backbones` -> a Report). No Lightning or Hydra imports here: the torchmetric, callback,
 LightningModule, CLI and Hydra callback are shells over these functions."""
 
-from .config import TaskPriorConfig, task_prior_config
+from .config import TaskPriorConfig
 from .conventions import CONVENTIONS, DEFAULT_CONVENTION, TaskPriorConvention, resolve_convention
 from .kernels import CenteredCosine, centered_cosine_kernel, centered_normalized_features, kernel_frobenius_norm
 from .matrix import prior_matrix, prior_matrix_figure
@@ -25,7 +25,6 @@ from .sampler import DEFAULT_SAMPLER_SCALE, prior_factor, sample_task_labels, se
 
 __all__ = [
     "TaskPriorConfig",
-    "task_prior_config",
     "compare_backbones",
     "compare_features",
     "prior_matrix",

@@ -25,7 +25,7 @@ from ..utils.checks import check_int
 from ..utils.hydra_utils import register_resolvers  # noqa: F401  (configs/hydra resolvers)
 from ..utils.resources import config_dir
 from ..utils.run_dir import OUTPUT_DIR_FIX, check_writable_dir
-from .config import task_prior_config
+from .config import TaskPriorConfig
 from .report import collect_rows, compare_backbones, digits_images, write_table
 
 log = logging.getLogger("repbench")
@@ -77,7 +77,7 @@ def run(cfg: DictConfig) -> str:
     if cfg.get("aggregate"):
         return aggregate(str(cfg.aggregate))
     t0 = time.perf_counter()
-    config = task_prior_config(OmegaConf.to_container(cfg.task_prior, resolve=True))  # every option checked now
+    config = TaskPriorConfig.coerce(OmegaConf.to_container(cfg.task_prior, resolve=True))  # every option checked now
     backbones = backbone_list(OmegaConf.to_container(cfg.backbones, resolve=True) if cfg.backbones else None)
     backbone_labels(backbones)  # duplicates refused before any work
     max_batch = check_int(cfg.max_batch, "max_batch", 1)

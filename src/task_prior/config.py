@@ -12,13 +12,13 @@ validators of :mod:`src.task_prior.validation`, naming the field and the fix.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
 from ..backbones.spec import check_backbone_spec
 from ..utils.checks import check_int
+from ..utils.options import Options
 from .conventions import DEFAULT_CONVENTION, TaskPriorConvention, resolve_convention
 from .moments import DEFAULT_BLOCK_SIZE, DEFAULT_RTOL
 from .probing import DEFAULT_QUANTILES
@@ -30,7 +30,7 @@ from .validation import (
     check_quantiles,
 )
 
-__all__ = ["CONVENTION_OPTIONS", "TaskPriorConfig", "task_prior_config"]
+__all__ = ["CONVENTION_OPTIONS", "TaskPriorConfig"]
 
 #: the options of a convention that a config (or a module) may override; None = the convention's value
 CONVENTION_OPTIONS = (
@@ -46,7 +46,7 @@ CONVENTION_OPTIONS = (
 
 
 @dataclass(frozen=True)
-class TaskPriorConfig:
+class TaskPriorConfig(Options):
     """The Task-Prior probe study's protocol.
 
     Labelings: ``num_tasks`` labelings with ``task_classes`` (q >= 2) classes drawn from the Task Prior of
@@ -83,6 +83,8 @@ class TaskPriorConfig:
     block_size: int = DEFAULT_BLOCK_SIZE
     moment_precision: str = "float64"
     moment_rtol: float = DEFAULT_RTOL
+
+    OPTIONS_BLOCK = "the task_prior: block of configs/task_prior.yaml"
 
     def __post_init__(self) -> None:
         checked = {
@@ -137,21 +139,3 @@ class TaskPriorConfig:
         if isinstance(self.convention, TaskPriorConvention):
             out["convention"] = dataclasses.asdict(self.convention)
         return out
-
-
-def task_prior_config(config: TaskPriorConfig | Mapping[str, Any] | None = None, **overrides: Any) -> TaskPriorConfig:
-    """``config`` as a :class:`TaskPriorConfig` (a mapping holds its fields, None = the defaults) with ``overrides``
-    (fields) replacing its values; an unknown field is a TypeError listing the fields."""
-    if config is not None and not isinstance(config, TaskPriorConfig | Mapping):
-        raise TypeError(f"config must be a TaskPriorConfig or a mapping of its fields, got {type(config).__name__}")
-    fields = [f.name for f in dataclasses.fields(TaskPriorConfig)]
-    given = {} if isinstance(config, TaskPriorConfig | type(None)) else dict(config)
-    unknown = sorted(set(given) - set(fields)) + sorted(set(overrides) - set(fields))
-    if unknown:
-        raise TypeError(
-            f"unknown Task-Prior option(s) {unknown}; the options (TaskPriorConfig fields, the task_prior: block of "
-            f"configs/task_prior.yaml) are {fields}"
-        )
-    if isinstance(config, TaskPriorConfig):
-        return dataclasses.replace(config, **overrides) if overrides else config
-    return TaskPriorConfig(**{**given, **overrides})

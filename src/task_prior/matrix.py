@@ -16,7 +16,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from .config import TaskPriorConfig, task_prior_config
+from .config import TaskPriorConfig
 from .moments import task_prior_moments
 from .validation import check_tensor
 
@@ -56,7 +56,7 @@ def prior_matrix(
     replacing its values; its convention sets the temperature and kernel scales, ``block_size`` the tiles (memory
     only). B² calls of :func:`task_prior_moments` (each O(n² D) time, never n × n memory)."""
     names = _check_features(features)
-    cfg = task_prior_config(config, **options)
+    cfg = TaskPriorConfig.coerce(config, **options)
     feats = list(features.values())
     b = len(feats)
     mean = torch.empty(b, b, dtype=torch.float64)

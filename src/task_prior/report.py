@@ -34,7 +34,7 @@ from ..utils.progress import progress_sink
 from ..utils.rank_agreement import agreement, kendall_tau_b, pearson, permutation_p_value, spearman
 from ..utils.report_writer import Report
 from . import matrix as prior_matrices
-from .config import TaskPriorConfig, task_prior_config
+from .config import TaskPriorConfig
 from .moments import task_prior_moments
 from .probing import accuracy_summary, evaluate_task_probes, random_split
 from .validation import check_tensor
@@ -103,7 +103,7 @@ def compare_features(
     the kernel scales, temperatures, sampler and probe score (:mod:`src.task_prior.conventions`); any of those
     options given explicitly (not None) overrides the preset. ``prior_backbone`` is not used here (the prior's
     features are given)."""
-    cfg = task_prior_config(config, **options)
+    cfg = TaskPriorConfig.coerce(config, **options)
     conv = cfg.settings
     labels = cfg.sample_labels(prior_features)
     train_idx, test_idx = random_split(prior_features.shape[0], cfg.test_fraction, seed=cfg.seed)
@@ -181,7 +181,7 @@ def compare_backbones(
 
     specs = backbone_list(backbones)
     labels = backbone_labels(specs)
-    cfg = task_prior_config(config)
+    cfg = TaskPriorConfig.coerce(config)
     prior_spec = cfg.prior_backbone if prior_backbone is None else check_backbone_spec(prior_backbone, "prior_backbone")
     images = digits_images() if images is None else _check_images(images)
     max_batch = check_int(max_batch, "max_batch", 1)

@@ -12,7 +12,7 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from callbacks import TaskPriorCallback
-from src.task_prior import task_prior_moments
+from src.task_prior import TaskPriorConfig, task_prior_moments
 from tests._lightning import quiet_trainer
 
 U64 = np.finfo(np.float64).eps
@@ -96,8 +96,10 @@ def test_skips_unchanged_weights_and_restores_eval_mode() -> None:
 def test_bad_input() -> None:
     with pytest.raises(ValueError, match="temperature"):
         TaskPriorCallback(temperature=0.0, prior_features=torch.zeros(4, 2))
-    with pytest.raises(ValueError, match="prior_backbone"):
-        TaskPriorCallback(prior_backbone=None)
+    with pytest.raises(ValueError, match="prior_backbone .* or prior_features .* not both"):
+        TaskPriorCallback(prior_backbone="embedded:efficientnet_lite0", prior_features=torch.zeros(4, 2))
+    with pytest.raises(TypeError, match=r"unknown TaskPriorConfig option\(s\) \['prior'\]"):
+        TaskPriorCallback(config={"prior": "x"})
     with pytest.raises(ValueError, match="every_n_epochs"):
         TaskPriorCallback(every_n_epochs=0)
     cb = TaskPriorCallback(prior_backbone=None, prior_features=torch.randn(5, 2), images=torch.rand(8, 3, 8, 8))
@@ -111,6 +113,16 @@ def test_bad_input() -> None:
         TaskPriorCallback(prior_backbone=None, prior_features=torch.randn(5, 2), images="nope").compute(
             _T(), TinyModule()
         )
+
+
+def test_config_and_keywords_merge_once() -> None:
+    """config= plus keyword overrides (not None) give the same options as the merged config (one door)."""
+    cfg = {"convention": "paper", "temperature": 0.5, "block_size": 7}
+    a = TaskPriorCallback(config=cfg, temperature=0.25, prior_features=torch.zeros(4, 2))
+    assert a.options == TaskPriorConfig(convention="paper", temperature=0.25, block_size=7)
+    assert (a.temperature, a.block_size, a.prior_backbone) == (0.25, 7, None)
+    b = TaskPriorCallback()
+    assert b.prior_backbone == TaskPriorConfig().prior_backbone and b.settings == TaskPriorConfig().settings
 
 
 def test_digits_images_beyond_the_bundled_set_are_refused() -> None:

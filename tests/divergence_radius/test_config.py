@@ -70,21 +70,23 @@ def test_issue14_every_field_is_validated_naming_it(fields, match) -> None:
 def test_issue14_merged() -> None:
     base = DivergenceRadiusConfig(m=3, perturbations="fog")
     assert base.perturbations == ("fog",)
-    assert DivergenceRadiusConfig.merged(None) == DivergenceRadiusConfig()
-    assert DivergenceRadiusConfig.merged(base) is base
-    assert DivergenceRadiusConfig.merged(base, m=None, seed=None) is base  # None overrides are ignored
-    assert DivergenceRadiusConfig.merged(base, seed=4) == DivergenceRadiusConfig(("fog",), 3, "equal", 4, 16)
-    assert DivergenceRadiusConfig.merged({"m": 2, "mode": "random"}, chunk_size=8) == DivergenceRadiusConfig(
+    assert DivergenceRadiusConfig.coerce(None) == DivergenceRadiusConfig()
+    assert DivergenceRadiusConfig.coerce(base) is base
+    assert DivergenceRadiusConfig.coerce(base, m=None, seed=None) is base  # None overrides are ignored
+    assert DivergenceRadiusConfig.coerce(base, seed=4) == DivergenceRadiusConfig(("fog",), 3, "equal", 4, 16)
+    assert DivergenceRadiusConfig.coerce({"m": 2, "mode": "random"}, chunk_size=8) == DivergenceRadiusConfig(
         None, 2, "random", 0, 8
     )
     hydra = OmegaConf.create({"perturbations": ["fog", "frost"], "m": 2})  # a Hydra block is a mapping
-    assert DivergenceRadiusConfig.merged(hydra).perturbations == ("fog", "frost")
-    with pytest.raises(ValueError, match=r"config \['k'\] is not DivergenceRadiusConfig field\(s\); the fields are "):
-        DivergenceRadiusConfig.merged({"k": 3})
+    assert DivergenceRadiusConfig.coerce(hydra).perturbations == ("fog", "frost")
+    with pytest.raises(
+        ValueError, match=r"unknown DivergenceRadiusConfig option\(s\) \['k'\]; the options .* are perturbations, m, "
+    ):
+        DivergenceRadiusConfig.coerce({"k": 3})
     with pytest.raises(TypeError, match=r"config must be a DivergenceRadiusConfig, a mapping of its fields"):
-        DivergenceRadiusConfig.merged(5)  # type: ignore[arg-type]
+        DivergenceRadiusConfig.coerce(5)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match=r"^m must be a positive integer"):
-        DivergenceRadiusConfig.merged(base, m=0)  # an override is validated too
+        DivergenceRadiusConfig.coerce(base, m=0)  # an override is validated too
 
 
 def test_issue14_config_and_keywords_give_the_same_sweep() -> None:

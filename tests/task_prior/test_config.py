@@ -13,7 +13,7 @@ from omegaconf import OmegaConf
 
 from src.callbacks import TaskPriorCallback
 from src.metrics.task_prior import TaskPriorMoments
-from src.task_prior import CONVENTIONS, DEFAULT_CONVENTION, TaskPriorConfig, task_prior_config
+from src.task_prior import CONVENTIONS, DEFAULT_CONVENTION, TaskPriorConfig
 from src.task_prior.report import DEFAULT_IMAGE_SIZE, DEFAULT_NUM_IMAGES
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
@@ -61,13 +61,15 @@ def test_bad_fields_are_refused_naming_the_field(fields, error, match) -> None:
 
 
 def test_mapping_and_overrides() -> None:
-    assert task_prior_config({"num_tasks": 4}) == TaskPriorConfig(num_tasks=4)
-    assert task_prior_config(TaskPriorConfig(num_tasks=4), seed=3) == TaskPriorConfig(num_tasks=4, seed=3)
-    assert task_prior_config() == TaskPriorConfig()
-    with pytest.raises(TypeError, match=r"unknown Task-Prior option\(s\) \['probe_epochs'\]; the options .* are \["):
-        task_prior_config({"probe_epochs": 3})
-    with pytest.raises(TypeError, match=r"config must be a TaskPriorConfig or a mapping"):
-        task_prior_config([("num_tasks", 4)])
+    assert TaskPriorConfig.coerce({"num_tasks": 4}) == TaskPriorConfig(num_tasks=4)
+    assert TaskPriorConfig.coerce(TaskPriorConfig(num_tasks=4), seed=3) == TaskPriorConfig(num_tasks=4, seed=3)
+    assert TaskPriorConfig.coerce() == TaskPriorConfig()
+    with pytest.raises(
+        TypeError, match=r"unknown TaskPriorConfig option\(s\) \['probe_epochs'\]; the options .* are num_tasks, "
+    ):
+        TaskPriorConfig.coerce({"probe_epochs": 3})
+    with pytest.raises(TypeError, match=r"config must be a TaskPriorConfig, a mapping of its fields"):
+        TaskPriorConfig.coerce([("num_tasks", 4)])
 
 
 def _default(fn, name):
