@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any
 
 import torch
@@ -29,15 +30,10 @@ from ..synbench.protocol import frozen, make_extract
 from ..synbench.runner import sampling_device
 from ..utils.threads import torch_threads
 from ._checks import check_features, check_labels, check_real
-from .logme import logme
-from .loss_data import eps_sample_complexity, loss_data_curve, mdl, sdl, val_loss
-from .sfda import sfda
-from .spectral import alpha_req, rankme
+from .loss_data import Bound, loss_data_curve
+from .registry import ALL_BASELINES, BaselineSpec, select_baselines
 
 __all__ = ["synthetic_task", "baseline_scores", "BaselineScores", "ALL_BASELINES"]
-
-ALL_BASELINES = ("logme", "sfda", "rankme", "alpha_req", "val_loss", "mdl", "sdl", "esc")
-_CURVE = ("val_loss", "mdl", "sdl", "esc")
 
 
 def synthetic_task(
@@ -91,7 +87,7 @@ def baseline_scores(
     train_y: Tensor,
     test_z: Tensor,
     test_y: Tensor,
-    which: Sequence[str] = ALL_BASELINES,
+    which: Sequence[str] | None = None,
     *,
     eps: Sequence[float] = (1.0,),
     seed: int = 0,
@@ -100,48 +96,52 @@ def baseline_scores(
     curve_sizes: Sequence[int] | None = None,
     threads: int | None = 1,
 ) -> BaselineScores:
-    """Every baseline in ``which`` on one task: LogME, SFDA, RankMe and α-ReQ on the training set; the loss-data
-    curve trained on the training set and validated on the test set (val loss, MDL, SDL and ε-SC at each ε of
-    ``eps``; the paper's Table 7 uses ε = 1). ``threads``: torch CPU threads while scoring (1, default, as
-    SynBench's ``linalg_threads``: robust on a busy CPU, and the timings compare like with like; None leaves
-    torch's setting). See :class:`BaselineScores`."""
-    unknown = sorted(set(which) - set(ALL_BASELINES))
-    if unknown or not which:
-        raise ValueError(f"which={tuple(which)!r}: unknown {unknown}; choose from {ALL_BASELINES}")
+    """Every baseline in ``which`` (None: every row of :data:`src.baselines.registry.BASELINES`) on one task, in table
+    order: LogME, SFDA, RankMe and α-ReQ on the training set; the loss-data curve trained on the training set and
+    validated on the test set (val loss, MDL, SDL and ε-SC at each ε of ``eps``; the paper's Table 7 uses ε = 1).
+    Keys: the scores without ε, then per ε of ``eps`` the ``name@ε`` ones. ``threads``: torch CPU threads while
+    scoring (1, default, as SynBench's ``linalg_threads``: robust on a busy CPU, and the timings compare like with
+    like; None leaves torch's setting). See :class:`BaselineScores`."""
+    specs = select_baselines(which)
     z = check_features(train_z, "train_z")
     y, _ = check_labels(train_y, z.shape[0], None, "train_y")
     values: dict[str, float] = {}
     seconds: dict[str, float] = {}
     lower: set[str] = set()
-    single = {
-        "logme": lambda: logme(z, y),
-        "sfda": lambda: sfda(z, y),
-        "rankme": lambda: rankme(z),
-        "alpha_req": lambda: alpha_req(z),
-    }
-    for name, fn in single.items():
-        if name in which:
-            values[name] = float(_timed(seconds, name, fn, threads))
-    if any(name in which for name in _CURVE):
-        curve = _timed(
-            seconds,
-            "loss_data_curve",
-            lambda: loss_data_curve(z, y, test_z, test_y, sizes=curve_sizes, seed=seed, units=units),
-            threads,
-        )
-        if "val_loss" in which:
-            values["val_loss"] = val_loss(curve)
-        if "mdl" in which:
-            values["mdl"] = mdl(curve, mdl_convention)
-        for e in eps:
-            for name, bound in (
-                ("sdl", lambda e=e: sdl(curve, e, mdl_convention)),
-                ("esc", lambda e=e: eps_sample_complexity(curve, e)),
-            ):
-                if name in which:
-                    b = bound()
-                    key = f"{name}@{e:g}"
-                    values[key] = b.value
-                    if b.lower_bound:
-                        lower.add(key)
+    inputs: dict[str, tuple[Any, ...]] = {"features": (z,), "features+labels": (z, y)}
+
+    def needs(spec: BaselineSpec) -> tuple[Any, ...]:
+        if spec.needs not in inputs:  # the curve: computed once, by the first score that needs it
+            curve = _timed(
+                seconds,
+                "loss_data_curve",
+                lambda: loss_data_curve(z, y, test_z, test_y, sizes=curve_sizes, seed=seed, units=units),
+                threads,
+            )
+            inputs["curve"] = (curve,)
+        return inputs[spec.needs]
+
+    def record(key: str, out: Any) -> None:
+        if isinstance(out, Bound):
+            values[key] = out.value
+            if out.lower_bound:
+                lower.add(key)
+        else:
+            values[key] = float(out)
+
+    options = {"convention": mdl_convention}
+    for spec in specs:
+        args = needs(spec)
+        if spec.takes_eps:
+            continue  # keyed per ε below
+        kwargs = {o: options[o] for o in spec.options}
+        if spec.needs == "curve":  # cheap: the curve is timed
+            record(spec.name, spec.fn(*args, **kwargs))
+        else:
+            record(spec.name, _timed(seconds, spec.name, partial(spec.fn, *args, **kwargs), threads))
+    for e in eps:
+        for spec in specs:
+            if spec.takes_eps:
+                kwargs = {o: e if o == "eps" else options[o] for o in spec.options}
+                record(f"{spec.name}@{e:g}", spec.fn(*needs(spec), **kwargs))
     return BaselineScores(values, seconds, frozenset(lower))

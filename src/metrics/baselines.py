@@ -8,6 +8,8 @@ any split over processes (up to float64 summation order).
 * :class:`LogME`: FᵀF (D, D), FᵀY (D, C) with Y one-hot, the class counts ‖y_c‖² (C,) and n — the evidence of each
   class depends on F and y only through the eigen-decomposition of FᵀF, the projections Fᵀy_c and ‖y_c‖²
   (:func:`src.baselines.logme_from_moments`).
+
+Their ``higher_is_better`` is the direction of the baseline's row in :data:`src.baselines.BASELINES`.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import torch
 from torch import Tensor
 from torchmetrics import Metric
 
-from ..baselines import alpha_req_from_moments, logme_from_moments, rankme_from_gram
+from ..baselines import BASELINES, alpha_req_from_moments, logme_from_moments, rankme_from_gram
 from ..baselines._checks import check_features, check_labels
 from ..baselines.spectral import DEFAULT_FIT_RANGE
 from ..utils.checks import check_int
@@ -67,7 +69,7 @@ class RankMe(_SecondMoments):
     """RankMe (Garrido et al., ICML 2023, arXiv:2210.02885) of all features seen: exp of the entropy of
     σ_k/‖σ‖₁ + ε, σ the singular values of the uncentred feature matrix (:func:`src.baselines.rankme`)."""
 
-    higher_is_better = True
+    higher_is_better = BASELINES["rankme"].higher_is_better  # True
     plot_lower_bound = 0.0
 
     def __init__(self, num_features: int, eps: float = 1e-7, **kwargs: Any) -> None:
@@ -83,7 +85,7 @@ class AlphaReQ(_SecondMoments):
     eigenspectrum over ranks ``fit_range`` (:func:`src.baselines.alpha_req`). α near 1 is best, so there is no
     monotone direction (``higher_is_better = None``)."""
 
-    higher_is_better = None
+    higher_is_better = BASELINES["alpha_req"].higher_is_better  # None
 
     def __init__(self, num_features: int, fit_range: tuple[int, int] = DEFAULT_FIT_RANGE, **kwargs: Any) -> None:
         super().__init__(num_features, **kwargs)
@@ -99,7 +101,7 @@ class LogME(PlotMixin, Metric):
     counts and n (module docstring); equal to :func:`src.baselines.logme` (default mode) on the same samples."""
 
     is_differentiable = False
-    higher_is_better = True
+    higher_is_better = BASELINES["logme"].higher_is_better  # True
     full_state_update = False
 
     def __init__(self, num_features: int, num_classes: int, **kwargs: Any) -> None:
