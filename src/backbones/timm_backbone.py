@@ -8,6 +8,7 @@ from typing import Any
 from torch import Tensor, nn
 
 from .base import Backbone
+from .registry import register_source
 from .weights import MissingWeightsError, find_in_hf_cache, host_reachable, load_state_dict
 
 __all__ = ["TimmBackbone", "create_timm"]
@@ -114,3 +115,13 @@ def create_timm(
         interpolation=cfg.get("interpolation", "bicubic"),
         crop_pct=cfg.get("crop_pct", 0.875),
     )
+
+
+def list_timm(pattern: str | None = None) -> list[str]:
+    """timm's architectures matching ``pattern`` (``timm.list_models``)."""
+    import timm
+
+    return list(timm.list_models(pattern or "*"))
+
+
+register_source("timm", create_timm, list_timm, doc="timm models (pretrained from the HF cache, or checkpoint_path)")

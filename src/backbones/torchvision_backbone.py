@@ -8,6 +8,7 @@ from typing import Any
 from torch import Tensor, nn
 
 from .base import Backbone
+from .registry import register_source
 from .weights import MissingWeightsError, check_state_dict_matches, host_reachable, load_state_dict
 
 __all__ = ["TorchvisionBackbone", "create_torchvision"]
@@ -89,3 +90,18 @@ def create_torchvision(
         size = int(tf.crop_size[0])
         crop_pct = size / int(tf.resize_size[0])
     return TorchvisionBackbone(model, name=f"torchvision:{name}", input_size=size, crop_pct=crop_pct)
+
+
+def list_torchvision(pattern: str | None = None) -> list[str]:
+    """torchvision's classification models (``torchvision.models.list_models``)."""
+    from torchvision import models
+
+    return list(models.list_models(module=models))
+
+
+register_source(
+    "torchvision",
+    create_torchvision,
+    list_torchvision,
+    doc="torchvision classification models (pretrained weights enum, or checkpoint_path)",
+)

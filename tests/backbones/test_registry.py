@@ -84,3 +84,83 @@ def test_checkpoint_path_round_trip(tmp_path, name) -> None:
     x = torch.rand(2, 3, 64, 64)
     with torch.no_grad():
         torch.testing.assert_close(other.embed(x), src.embed(x))
+
+
+@pytest.fixture
+def own_sources():
+    """Register test sources for one test: the table is restored afterwards."""
+    from src.backbones import registry
+
+    registry._load_builtins()
+    saved = dict(registry.SOURCES)
+    yield registry
+    registry.SOURCES.clear()
+    registry.SOURCES.update(saved)
+
+
+def _mine(name: str, **opts):
+    """A user's own source: a tiny random timm model under another name."""
+    from src.backbones.timm_backbone import create_timm
+
+    backbone = create_timm("test_efficientnet", pretrained=False, **opts)
+    backbone.name = f"mine:{name}"
+    return backbone
+
+
+def test_a_source_registered_once_is_created_and_listed(own_sources) -> None:
+    from src.backbones import SOURCES, register_source
+
+    spec = register_source("mine", _mine, lambda pattern: ["x", "y"])
+    assert SOURCES["mine"] is spec and spec.doc == "A user's own source: a tiny random timm model under another name."
+    bb = create_backbone("mine:x")
+    assert bb.name == "mine:x" and not bb.training
+    assert list_backbones("mine") == ["mine:x", "mine:y"] and list_backbones("mine", "y") == ["mine:y"]
+    names = list_backbones()
+    assert names[:3] == list_backbones("embedded") and names[-2:] == ["mine:x", "mine:y"]  # builtins first
+    assert (
+        list(SOURCES)[: len(own_sources.BUILTIN_MODULES)]
+        == ["embedded", "timm", "open_clip", "torchvision", "hf"][: len(own_sources.BUILTIN_MODULES)]
+    )
+
+
+def test_a_source_without_lister_builds_but_is_not_listed(own_sources) -> None:
+    from src.backbones import register_source
+
+    register_source("unlisted", _mine)
+    assert create_backbone("unlisted:z").name == "mine:z"
+    assert not any(n.startswith("unlisted:") for n in list_backbones())
+    with pytest.raises(ValueError, match="'unlisted' was registered without a lister"):
+        list_backbones("unlisted")
+
+
+def test_duplicate_source_names_need_overwrite(own_sources) -> None:
+    from src.backbones import SOURCES, register_source
+
+    with pytest.raises(ValueError, match="'timm' is already registered .*overwrite=True"):
+        register_source("timm", _mine)
+    register_source("mine", _mine)
+    register_source("mine", _mine)  # the very same factory again: no-op
+    other = register_source("timm", _mine, overwrite=True)
+    assert SOURCES["timm"] is other and create_backbone("timm:whatever").name == "mine:whatever"
+    for bad in ("", "a:b", " x"):
+        with pytest.raises(ValueError, match="non-empty string without ':'"):
+            register_source(bad, _mine)
+
+
+def test_unknown_source_in_listing_is_refused() -> None:
+    with pytest.raises(ValueError, match=r"unknown backbone source 'nosuch'; choose one of \['embedded', 'timm'"):
+        list_backbones("nosuch")
+
+
+def test_importing_the_package_imports_no_hub_library() -> None:
+    """Sources are loaded on first use, and each lister imports its library only when called."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, src.backbones as b\n"
+        "b.list_backbones('embedded')\n"
+        "print(sorted(m for m in ('timm', 'open_clip', 'transformers', 'torchvision') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
