@@ -59,7 +59,7 @@ ALLOWED: dict[str, set[str]] = {
     # the table / Pareto front / choice of a Hydra sweep (python -m src.sweep_report): an entry point
     "sweep_report": {"utils", "callbacks"},
     # the monitoring study (python -m src.monitor_study): pretraining runs with every monitor, an entry point
-    "monitor_study": {"utils", "callbacks", "models", "data"},
+    "monitor_study": {"utils", "synbench", "callbacks", "models", "data"},
     # the audit report over every method (python -m src.report): an entry point
     "report": {
         "utils",

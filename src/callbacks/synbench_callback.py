@@ -14,7 +14,6 @@ without chunks, so no rank count can deadlock). Logs ``val/synbench/score`` (ε 
 
 from __future__ import annotations
 
-import copy
 import hashlib
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -24,7 +23,7 @@ import torch
 from torch import Tensor
 
 from ..metrics.synbench_score import synbench_distributed
-from ..synbench import SynBenchConfig
+from ..synbench import SYNBENCH_BUDGETS, SynBenchConfig, synbench_budget
 from ..synbench.plan import check_input_shape, check_normalization_shape
 from ..synbench.runner import sampling_device
 from ..synbench.sampling import channel_layout
@@ -36,26 +35,19 @@ from ._monitor import BackboneMonitor, PixelEncoder, rank_and_world, weights_fin
 __all__ = ["SynBenchCallback", "callback_budget", "weights_fingerprint"]  # fingerprint: re-exported
 
 
-# The callback's CPU-sized protocol; configs/callbacks/synbench.yaml repeats it for the CLI (tests/test_defaults.py
-# checks the two are equal). Code defaults live in code: nothing reads YAML at run time.
-CALLBACK_BUDGET: dict[str, Any] = {
-    "s_values": [0.5, 1.0, 1.5, 2.0, 3.0, 4.0],
-    "n_train": 2048,
-    "n_test": 512,
-    "eps": [0.0, 0.2, 0.4, 0.6, 0.8],
-    "a_T": [0.7],
-    # the network sees the synthetic images normalised as its training images are (a RepBench backbone: its own
-    # mean/std; a plain module: normalize=, else [0, 1]-centred pixels); the official protocol's "imagenet" feeds
-    # every network ImageNet-normalised samples, which is not what a backbone trained on other statistics sees
-    "normalization": "backbone",
-    "eig_tol_mode": "relative",  # a monitor must not stop a run whose features shrink (the official absolute cut-off
-    # refuses once it would drop > 1 % of the feature variance)
-}
+# The callback's CPU-sized protocol: the "callback" budget of src/synbench/config.py (SYNBENCH_BUDGETS, where its
+# choices are explained); configs/callbacks/synbench.yaml repeats it for the CLI (tests/test_defaults.py checks the
+# two are equal). Code defaults live in code: nothing reads YAML at run time. The network sees the synthetic images
+# normalised as its training images are (a RepBench backbone: its own mean/std; a plain module: normalize=, else
+# [0, 1]-centred pixels); the official protocol's "imagenet" feeds every network ImageNet-normalised samples, which is
+# not what a backbone trained on other statistics sees.
+CALLBACK_BUDGET: Mapping[str, Any] = SYNBENCH_BUDGETS["callback"]
 
 
 def callback_budget() -> dict[str, Any]:
-    """A copy of :data:`CALLBACK_BUDGET`, the callback's default protocol (the ``config`` block of its YAML equals it)."""
-    return copy.deepcopy(CALLBACK_BUDGET)
+    """A fresh dict of :data:`CALLBACK_BUDGET`, the callback's default protocol (the ``config`` block of its YAML
+    equals it)."""
+    return synbench_budget("callback")
 
 
 class SynBenchCallback(BackboneMonitor):

@@ -16,7 +16,7 @@ from typing import Any
 import lightning as L
 
 from ..metrics.synbench_score import synbench_distributed
-from ..synbench import SynBenchConfig
+from ..synbench import SynBenchConfig, synbench_budget
 from ..utils.modes import eval_mode
 
 __all__ = ["auto_epsilon_defaults", "guided_epsilon", "select_epsilon"]
@@ -24,19 +24,14 @@ __all__ = ["auto_epsilon_defaults", "guided_epsilon", "select_epsilon"]
 log = logging.getLogger("repbench")
 
 
-# epsilon=auto's defaults: ``input_size``, ``scale`` and SynBenchConfig fields; the ``auto_epsilon`` block of
+# epsilon=auto's defaults: ``input_size``, ``scale`` and the SynBenchConfig fields of the "auto_epsilon" budget of
+# src/synbench/config.py (SYNBENCH_BUDGETS, where its a_T order is explained: the paper's threshold accuracy first;
+# where every score is 0 there, the official grid's lowest decides, guided_epsilon); the ``auto_epsilon`` block of
 # configs/model/robust_probe.yaml repeats them (tests/test_defaults.py checks they are equal).
 AUTO_EPSILON_DEFAULTS: dict[str, Any] = {
     "input_size": 64,
     "scale": 1.0,  # probe epsilon = scale x argmax SynBench epsilon (the paper uses the number as is)
-    "s_values": [0.5, 1.0, 1.5, 2.0, 3.0, 4.0],
-    "n_train": 2048,
-    "n_test": 512,
-    "eps": [0.0, 0.2, 0.4, 0.6, 0.8],
-    # the paper's threshold accuracy first; where every score is 0 there, the official grid's lowest decides
-    # (guided_epsilon). Lite0 at 64 px scores 0 at 0.7 (eps = 0: held-out robust accuracy 0.523 +- 0.012 over 3 seeds)
-    # and picks eps = 0.2 at 0.6 (0.670 +- 0.011; the labelled sweep 0.653 +- 0.017): benchmarks/epsilon_auto.py
-    "a_T": [0.7, 0.6],
+    **synbench_budget("auto_epsilon"),
 }
 
 

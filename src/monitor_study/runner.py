@@ -34,6 +34,7 @@ from ..callbacks._monitor import BackboneMonitor
 from ..callbacks.collapse_alarm import CollapseAlarmWarning
 from ..callbacks.spectrum_callback import RepresentationCollapseWarning
 from ..data.digits import DigitsDataModule
+from ..synbench.config import synbench_budget
 from ..utils.atomic_write import atomic_write_bytes
 from ..utils.checks import check_int
 
@@ -84,8 +85,7 @@ def run_key(objective: str, lr: float, seed: int) -> str:
 
 #: the monitors every run carries: name -> (class, constructor defaults of the study)
 MONITORS: dict[str, tuple[type, dict[str, Any]]] = {
-    "synbench": (SynBenchCallback, {"config": {"s_values": [1.0, 2.0, 3.0, 4.0], "n_train": 512, "n_test": 256,
-                                               "eps": [0.0], "a_T": [0.6]}}),  # monitor_pretraining's budget
+    "synbench": (SynBenchCallback, {"config": synbench_budget("monitor")}),  # monitor_pretraining's budget
     "divergence_radius": (DivergenceRadiusCallback, {}),
     "task_prior": (TaskPriorCallback, {"prior_image_size": 64}),
     "spectrum": (RepresentationSpectrumCallback, {"collapse_threshold": None}),

@@ -4,8 +4,8 @@ data (Ko et al., ICML 2024, arXiv:2210.02989). Functional core only (no Lightnin
 chunk), protocol (THE per-s loop with shard/reduce seams), result and score (eq. 2-3), runner (``synbench``),
 plots. Conventions: docs/synbench.md."""
 
-from .config import SynBenchConfig
+from .config import SYNBENCH_BUDGETS, SynBenchConfig, synbench_budget
 from .result import SynBenchResult
 from .runner import synbench
 
-__all__ = ["synbench", "SynBenchConfig", "SynBenchResult"]
+__all__ = ["synbench", "SynBenchConfig", "SynBenchResult", "SYNBENCH_BUDGETS", "synbench_budget"]

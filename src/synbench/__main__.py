@@ -20,15 +20,26 @@ from ..utils.console import announce_run, quiet_cli
 from ..utils.hydra_utils import register_resolvers  # noqa: F401  (configs/hydra resolvers)
 from ..utils.resources import config_dir
 from .compare import INPUT_SIZE_FIX, compare_backbones
-from .config import SynBenchConfig
+from .config import SYNBENCH_BUDGETS, SynBenchConfig, synbench_budget
 
 log = logging.getLogger("repbench")
 
 
 def protocol_fields(cfg: DictConfig) -> tuple[dict[str, Any], int | None]:
     """(SynBenchConfig fields, input size) of a composed synbench.yaml: full=true → the official defaults and
-    each backbone's native size, else the ``reduced`` budget at ``input_size``; ``synbench`` applies on top."""
-    fields: dict[str, Any] = {} if cfg.full else dict(OmegaConf.to_container(cfg.reduced, resolve=True))
+    each backbone's native size, else the named ``budget`` (:data:`~src.synbench.config.SYNBENCH_BUDGETS`, default
+    ``cpu``) with the ``reduced`` fields that are not null on top, at ``input_size``; ``synbench`` applies on top of
+    both."""
+    if cfg.full:
+        fields: dict[str, Any] = {}
+    else:
+        name = cfg.get("budget", "cpu")
+        if name not in SYNBENCH_BUDGETS:
+            raise ValueError(
+                f"budget must be one of {', '.join(SYNBENCH_BUDGETS)} (named SynBench budgets), got {name!r}"
+            )
+        reduced = OmegaConf.to_container(cfg.reduced, resolve=True) if cfg.get("reduced") is not None else {}
+        fields = {**synbench_budget(name), **{k: v for k, v in reduced.items() if v is not None}}
     fields.update(OmegaConf.to_container(cfg.synbench, resolve=True) or {})
     return fields, (None if cfg.full else cfg.input_size)
 

@@ -103,7 +103,7 @@ def test_full_true_is_the_official_protocol() -> None:
     assert SynBenchConfig(**fields) == SynBenchConfig() and size is None
     cfg.full = False
     fields, size = protocol_fields(cfg)
-    assert SynBenchConfig(**fields).n_train == cfg.reduced.n_train and size == cfg.input_size
+    assert SynBenchConfig(**fields) == SynBenchConfig.budget("cpu", **cfg.synbench) and size == cfg.input_size
 
 
 def test_small_scale_features_are_refused_with_the_absolute_cut_off() -> None:
