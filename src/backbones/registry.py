@@ -40,7 +40,7 @@ class SourceSpec:
 SOURCES: dict[str, SourceSpec] = {}
 
 #: the builtin sources' modules (in this package), in listing order; each one registers its source when imported
-BUILTIN_MODULES = ("embedded", "timm_backbone", "open_clip_backbone", "torchvision_backbone")
+BUILTIN_MODULES = ("embedded", "timm_backbone", "open_clip_backbone", "torchvision_backbone", "hf_backbone")
 
 _loaded = False
 

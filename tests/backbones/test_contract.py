@@ -7,6 +7,8 @@ import torch
 
 from src.backbones import Backbone, create_backbone
 
+from .test_hf import TINY_HF
+
 ADAPTERS = [
     ("embedded:efficientnet_lite0", {"pretrained": False}),
     ("timm:test_efficientnet", {"pretrained": False}),
@@ -14,11 +16,16 @@ ADAPTERS = [
     ("open_clip:ViT-B-32", {"pretrained": None}),
     ("open_clip:ViT-B-32", {"pretrained": None, "projection": False}),
     ("torchvision:mobilenet_v3_small", {"pretrained": False}),
+    # Hugging Face transformers, tiny random configs built offline (tests/backbones/test_hf.py: TINY_HF)
+    *((f"hf:tiny-{kind}", {"config": config}) for kind, config in TINY_HF.items()),
+    ("hf:tiny-clip", {"config": TINY_HF["clip"], "projection": False}),
 ]
 
 
 @pytest.fixture(
-    scope="module", params=ADAPTERS, ids=lambda p: f"{p[0]}-{'-'.join(f'{k}={v}' for k, v in p[1].items())}"
+    scope="module",
+    params=ADAPTERS,
+    ids=lambda p: f"{p[0]}-{'-'.join(f'{k}={v}' for k, v in p[1].items() if k != 'config')}",
 )
 def backbone(request) -> Backbone:
     name, opts = request.param
@@ -28,7 +35,7 @@ def backbone(request) -> Backbone:
 
 def test_attributes(backbone: Backbone) -> None:
     assert isinstance(backbone, torch.nn.Module)
-    assert backbone.name.split(":")[0] in {"embedded", "timm", "open_clip", "torchvision"}
+    assert backbone.name.split(":")[0] in {"embedded", "timm", "open_clip", "torchvision", "hf"}
     assert len(backbone.input_size) == 3 and backbone.input_size[0] == 3
     assert len(backbone.mean) == 3 and len(backbone.std) == 3 and all(s > 0 for s in backbone.std)
     assert backbone.embed_dim > 0
