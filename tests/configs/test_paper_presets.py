@@ -26,6 +26,9 @@ PAPER_BACKBONES = {
     "timm_dinov2_vit_l14": "timm:vit_large_patch14_dinov2.lvd142m",
     "timm_dinov2_vit_g14": "timm:vit_giant_patch14_dinov2.lvd142m",
     "timm_efficientnet_b5": "timm:efficientnet_b5.sw_in12k_ft_in1k",
+    "hf_dinov2_vit_b14": "hf:facebook/dinov2-base",
+    "hf_dinov2_vit_l14": "hf:facebook/dinov2-large",
+    "hf_clip_vit_b16": "hf:openai/clip-vit-base-patch16",
 }
 
 
@@ -35,7 +38,7 @@ class _Constructed(Exception):
 
 @pytest.fixture
 def offline_no_construction(monkeypatch):
-    """Offline (the loaders then never wait on the network), and constructing a timm / open_clip network raises
+    """Offline (the loaders then never wait on the network), and constructing a timm / open_clip / hf network raises
     _Constructed: a missing-weights error must come before it (the large models are never instantiated here)."""
     import open_clip
     import timm
@@ -47,6 +50,7 @@ def offline_no_construction(monkeypatch):
 
     monkeypatch.setattr(timm, "create_model", refuse)
     monkeypatch.setattr(open_clip, "create_model", refuse)
+    monkeypatch.setattr("src.backbones.hf_backbone._model_class", refuse)
 
 
 def _spec(option: str) -> dict:
