@@ -27,7 +27,7 @@ import torch
 from torch import Tensor
 
 from ..divergence_radius.downstream import fit_linear_probe, knn_predict
-from ..features import FeatureExtractor
+from ..features import FORWARD_BATCH, FeatureExtractor
 from ..utils.checks import check_int
 from ..utils.distributed import Shard, all_reduce_sum
 from ..utils.modes import eval_mode
@@ -96,7 +96,7 @@ class DownstreamProbeCallback(BackboneMonitor):
         feature_fn: Callable[[L.LightningModule, Tensor], Tensor] | None = None,
         normalize: Normalize = None,
         skip_unchanged: bool = True,
-        max_batch: int = 256,
+        max_batch: int = FORWARD_BATCH,
         prefix: str = "val/downstream",
         progress: bool = True,
         data: Any = None,

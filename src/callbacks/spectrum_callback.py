@@ -39,7 +39,7 @@ from torch import Tensor
 
 from ..baselines._checks import check_real
 from ..baselines.spectral import DEFAULT_FIT_RANGE, check_fit_range
-from ..features import FeatureExtractor
+from ..features import FORWARD_BATCH, FeatureExtractor
 from ..metrics.baselines import AlphaReQ, RankMe
 from ..utils.checks import check_int
 from ..utils.distributed import Shard, all_reduce_sum
@@ -119,7 +119,7 @@ class RepresentationSpectrumCallback(BackboneMonitor):
         collapse_threshold: float | None = 2.0,
         feature_fn: Callable[[L.LightningModule, Tensor], Tensor] | None = None,
         skip_unchanged: bool = True,
-        max_batch: int = 256,
+        max_batch: int = FORWARD_BATCH,
         prefix: str = "val/spectrum",
         progress: bool = True,
         normalize: Normalize = None,

@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ..backbones.spec import check_backbone_spec
-from ..features import FeatureExtractor
+from ..features import FORWARD_BATCH, FeatureExtractor
 from ..metrics.task_prior import TaskPriorMoments
 from ..task_prior.config import TaskPriorConfig
 from ..task_prior.conventions import TaskPriorConvention, resolve_convention
@@ -100,7 +100,7 @@ class TaskPriorCallback(BackboneMonitor):
         prior_scale: str | None = None,
         block_size: int | None = None,
         skip_unchanged: bool = True,
-        max_batch: int = 256,
+        max_batch: int = FORWARD_BATCH,
         prefix: str = "val/task_prior",
         at_train_start: bool = False,
         denormalize: Any = None,

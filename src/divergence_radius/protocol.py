@@ -30,7 +30,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ..features import as_extractor
+from ..features import FORWARD_BATCH, as_extractor
 from ..perturbations import parameter_grid, perturb
 from ..perturbations._random import engine_for
 from ..utils.allocator import freed_memory_kept
@@ -238,7 +238,7 @@ def robustness_sweep(
     chunk_size: int | None = None,
     shard: Shard = Shard(),
     device: str | torch.device | None = None,
-    max_batch: int = 256,
+    max_batch: int = FORWARD_BATCH,
     perturbed: PerturbationCache | None = None,
 ) -> SweepOutput:
     """Run the sweep on this shard's chunks of ``images`` (N, 3, H, W) in [0, 1] (see module docstring).

@@ -18,7 +18,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ..features import FeatureExtractor
+from ..features import FORWARD_BATCH, FeatureExtractor
 from ..utils.rank_agreement import pearson
 from .config import DivergenceRadiusConfig
 from .downstream import fit_line, fit_linear_probe, open_clip_zero_shot, regression_mse
@@ -204,7 +204,7 @@ def robustness_report(
     probe_C: float = 1.0,
     chunk_size: int | None = None,
     device: str | None = None,
-    max_batch: int = 256,
+    max_batch: int = FORWARD_BATCH,
 ) -> RobustnessReport:
     """The §5 protocol: a linear probe on clean training features (unless a ``classifier`` such as a zero-shot
     head is given), the sweep of ``config`` (a DivergenceRadiusConfig, a mapping of its fields or None for its

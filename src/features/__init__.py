@@ -1,7 +1,7 @@
 """One feature-extraction engine for every frozen-backbone forward over many images (SynBench, the probe's
 feature cache, DivergenceRadius sweeps, Task-Prior features, evaluation)."""
 
-from .extractor import FeatureExtractor, as_extractor
+from .extractor import FORWARD_BATCH, FeatureExtractor, as_extractor
 from .formats import MEMORY_FORMATS, resolve_memory_format
 
-__all__ = ["MEMORY_FORMATS", "FeatureExtractor", "as_extractor", "resolve_memory_format"]
+__all__ = ["FORWARD_BATCH", "MEMORY_FORMATS", "FeatureExtractor", "as_extractor", "resolve_memory_format"]

@@ -1,7 +1,7 @@
 """FeatureExtractor: run a frozen feature function over many images at the machine's speed.
 
 Interface (stable; other packages code against it):
-    ext = FeatureExtractor(feature_fn, device="cpu", max_batch=256)
+    ext = FeatureExtractor(feature_fn, device="cpu", max_batch=FORWARD_BATCH)
     z = ext(images)          # (N, C, H, W) float -> (N, D), inference mode, chunked by max_batch
     z = ext.extract(images)  # the same
     z, (y,) = ext.extract_loader(loader)   # every batch of a DataLoader; other batch fields concatenated
@@ -9,8 +9,8 @@ Interface (stable; other packages code against it):
 The levers (docs/speed.md has the measurements behind every default):
     memory_format  "auto" (channels_last for conv nets: the input is converted, weights are untouched),
                    "contiguous" (NCHW) or "channels_last".
-    max_batch      chunk size of the forwards (default 256: the throughput plateau of EfficientNet-Lite0 at 64 px on
-                   2 CPU cores; memory grows linearly with it).
+    max_batch      chunk size of the forwards (default FORWARD_BATCH = 256: the throughput plateau of
+                   EfficientNet-Lite0 at 64 px on 2 CPU cores; memory grows linearly with it).
     threads        torch intra-op threads, set once when the extractor is built (None: leave as is).
     compile        torch.compile (inductor; weights frozen as constants). Pays only on long runs: compiling takes
                    tens of seconds on CPU. A frozen graph is abandoned (eager from then on, with a warning) when the
@@ -46,7 +46,11 @@ from .owner import owner_module
 from .precision import check_precision, precision_context
 from .transfer import to_device
 
-__all__ = ["FeatureExtractor", "as_extractor"]
+__all__ = ["FORWARD_BATCH", "FeatureExtractor", "as_extractor"]
+
+#: images per backbone forward, the default of every forward batch (``max_batch``, SynBench's ``batch_size``): the
+#: throughput plateau of EfficientNet-Lite0 at 64 px on 2 CPU cores (docs/speed.md); memory grows linearly with it
+FORWARD_BATCH = 256
 
 # Attributes read through to the module behind feature_fn (a Backbone's normalisation and sizes), so that an
 # extractor can stand wherever a Backbone's ``embed`` is expected (e.g. SynBench's normalisation detection).
@@ -75,7 +79,7 @@ class FeatureExtractor:
         self,
         feature_fn: Callable[[Tensor], Tensor],
         device: str | torch.device | None = None,
-        max_batch: int = 256,
+        max_batch: int = FORWARD_BATCH,
         inference: bool = True,
         *,
         memory_format: str = "auto",

@@ -31,7 +31,7 @@ from torch import Tensor
 from torch.utils.data import DataLoader, Dataset, Subset
 
 from ..backbones import Backbone
-from ..features import FeatureExtractor
+from ..features import FORWARD_BATCH, FeatureExtractor
 from ..metrics.task_prior import TaskAccuracies
 from ..task_prior import TaskPriorConfig, task_prior_moments
 from ..task_prior.probing import (
@@ -49,7 +49,7 @@ from .base import RepBenchModule, build_backbone, unpack_batch
 __all__ = ["TaskPriorProbe", "dataset_features"]
 
 
-def dataset_features(dataset: Dataset, extractor: FeatureExtractor, batch_size: int = 256) -> Tensor:
+def dataset_features(dataset: Dataset, extractor: FeatureExtractor, batch_size: int = FORWARD_BATCH) -> Tensor:
     """Features of every item of ``dataset`` in index order: (len(dataset), D) float32 on the CPU."""
     loader = DataLoader(dataset, batch_size=batch_size, shuffle=False, num_workers=0)
     out = []
@@ -122,7 +122,7 @@ class TaskPriorProbe(RepBenchModule):
         optimizer: str = "adam",
         scheduler: str | None = None,
         quantiles: Sequence[float] = TaskPriorConfig.quantiles,
-        max_batch: int = 256,
+        max_batch: int = FORWARD_BATCH,
         max_samples: int | None = None,
         results_file: str | None = None,
         seed: int = TaskPriorConfig.seed,

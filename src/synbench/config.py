@@ -99,6 +99,7 @@ class SynBenchConfig(Options):
     class_prior: float = 0.5
     prior_correction: bool = False
     seed: int = 0
+    # batch_size: FORWARD_BATCH of src/features/extractor.py, written out: this module imports no torch (a test checks)
     batch_size: int = 256
     chunk_size: int = 256
     cov_divisor: str = "n-2"

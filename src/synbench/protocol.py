@@ -29,6 +29,7 @@ from typing import Any
 
 import torch
 
+from ..features.extractor import FORWARD_BATCH
 from ..utils.allocator import freed_memory_kept
 from ..utils.distributed import Reduce, Shard, no_reduce
 from ..utils.modes import eval_mode
@@ -74,7 +75,7 @@ def make_extract(
     feature_fn: Callable[[Tensor], Tensor],
     device: Any = "cpu",
     extractor: dict[str, Any] | None = None,
-    batch_size: int = 256,
+    batch_size: int = FORWARD_BATCH,
     clock: list[float] | None = None,
 ) -> Callable[[Tensor], Tensor]:
     """x (B, *input_shape) → features (B, D) through :class:`src.features.FeatureExtractor` (inference mode, chunks

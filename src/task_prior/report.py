@@ -29,6 +29,7 @@ import torch
 from torch import Tensor
 
 from ..backbones.spec import check_backbone_spec
+from ..features.extractor import FORWARD_BATCH
 from ..utils.checks import check_int
 from ..utils.progress import progress_sink
 from ..utils.rank_agreement import agreement, kendall_tau_b, pearson, permutation_p_value, spearman
@@ -157,7 +158,7 @@ def compare_backbones(
     *,
     images: Tensor | None = None,
     prior_backbone: Any = None,
-    max_batch: int = 256,
+    max_batch: int = FORWARD_BATCH,
     device: str | torch.device = "cpu",
     progress: bool | Callable[[str], None] = False,
     prior_matrix: bool = False,
