@@ -86,6 +86,13 @@ STAND_INS = [
     ),
     StandIn(
         "README.md",
+        'create_backbone("hf:facebook/dinov2-base")',
+        'create_backbone("hf:tiny", config=dict(model_type="dinov2", hidden_size=32, num_hidden_layers=2, '
+        'num_attention_heads=2, intermediate_size=64, image_size=32, patch_size=8))',
+        "hub",
+    ),
+    StandIn(
+        "README.md",
         "synbench(bb.embed, input_shape=(3, 224, 224), config=SynBenchConfig(), progress=True)",
         f"synbench(bb.embed, input_shape=(3, 32, 32), config={_SYNBENCH_TINY}, progress=True)",
         "official protocol",
