@@ -88,7 +88,7 @@ STAND_INS = [
         "README.md",
         'create_backbone("hf:facebook/dinov2-base")',
         'create_backbone("hf:tiny", config=dict(model_type="dinov2", hidden_size=32, num_hidden_layers=2, '
-        'num_attention_heads=2, intermediate_size=64, image_size=32, patch_size=8))',
+        "num_attention_heads=2, intermediate_size=64, image_size=32, patch_size=8))",
         "hub",
     ),
     StandIn(
