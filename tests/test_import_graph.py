@@ -2,7 +2,7 @@
 
 Layers, lowest first (a subpackage may import its own layer's lower neighbours named in ALLOWED, never above):
 utils -> backbones, features, perturbations, attacks -> synbench, divergence_radius, task_prior (the three cores, no
-Lightning data modules), baselines -> data -> metrics -> callbacks -> models -> train / eval / hydra_callbacks / report (entry points).
+Lightning data modules), baselines -> methods (the method table) -> data -> metrics -> callbacks -> models -> train / eval / hydra_callbacks / report (entry points).
 The package root (``src/__init__.py``: the installed name and the repository alias) imports nothing of ours and may be
 imported by anyone.
 """
@@ -28,7 +28,9 @@ ALLOWED: dict[str, set[str]] = {
     # task-agnostic baseline scores (LogME, SFDA, RankMe, alpha-ReQ, loss-data curves) on SynBench's proxy task
     "baselines": {"utils", "features", "synbench"},
     "data": {"utils", "synbench"},
-    "metrics": {"utils", "features", "synbench", "divergence_radius", "task_prior", "baselines"},
+    # the method contract and its table (METHODS: options, scores with directions, audit parts; the rest lazily)
+    "methods": {"utils", "backbones", "features", "synbench", "divergence_radius", "task_prior", "baselines"},
+    "metrics": {"utils", "features", "synbench", "divergence_radius", "task_prior", "baselines", "methods"},
     "callbacks": {
         "utils",
         "backbones",
@@ -38,6 +40,7 @@ ALLOWED: dict[str, set[str]] = {
         "divergence_radius",
         "task_prior",
         "baselines",
+        "methods",
         "metrics",
     },
     "models": {
@@ -52,7 +55,7 @@ ALLOWED: dict[str, set[str]] = {
         "metrics",
     },
     # Optuna pruning, SQLite storage and the objective's producer check (which monitor logs optimized_metric)
-    "sweeps": {"callbacks", "metrics"},
+    "sweeps": {"callbacks", "metrics", "methods"},
     "train": {"utils", "backbones", "callbacks", "models", "data", "sweeps"},
     "eval": {"utils", "attacks", "models", "data"},
     "hydra_callbacks": {"utils", "task_prior"},
@@ -70,6 +73,7 @@ ALLOWED: dict[str, set[str]] = {
         "divergence_radius",
         "task_prior",
         "baselines",
+        "methods",
         "data",
         "models",
     },

@@ -23,7 +23,8 @@ from lightning.pytorch.callbacks import Checkpoint, EarlyStopping, ModelCheckpoi
 from lightning.pytorch.trainer.states import TrainerFn
 from torchmetrics.classification import MulticlassAccuracy
 
-from ..metrics import AlphaReQ, CosineRobustness, DivergenceRadius, RankMe, SynBenchScore, TaskPriorMoments
+from ..methods import logged_score, resolve
+from ..metrics import AlphaReQ, RankMe
 
 __all__ = [
     "ExceptionCheckpoint",
@@ -96,16 +97,12 @@ class ExceptionCheckpoint(Checkpoint):
 
 
 # ---------------------------------------------------------------------------------------------------- model selection
-#: The metric behind each value the monitors log, by the last two segments of the logged name (the prefix is the
-#: user's: ``val/synbench/score`` and ``probe/synbench/score`` are both SynBench-Scores). ``*`` = any last segment.
-_PRODUCERS: dict[tuple[str, str], type] = {
-    ("synbench", "score"): SynBenchScore,
-    ("synbench", "score_eps_*"): SynBenchScore,
-    ("divergence_radius", "*"): DivergenceRadius,
-    ("cosine_robustness", "*"): CosineRobustness,
+#: The metric behind each value a monitor outside :data:`src.methods.METHODS` logs, by the last two segments of the
+#: logged name (the prefix is the user's). ``*`` = any segment. The methods' values are found in METHODS (their
+#: :class:`~src.methods.Score` rows hold the directions); these take their direction from the metric class.
+_OTHER_PRODUCERS: dict[tuple[str, str], type] = {
     ("spectrum", "rankme"): RankMe,
     ("spectrum", "alpha_req"): AlphaReQ,
-    ("task_prior", "*"): TaskPriorMoments,
     ("*", "acc"): MulticlassAccuracy,  # the models' {stage}/acc
     ("downstream", "linear_acc"): MulticlassAccuracy,  # DownstreamProbeCallback's probes
     ("downstream", "knn_acc"): MulticlassAccuracy,
@@ -118,31 +115,48 @@ _PRODUCERS: dict[tuple[str, str], type] = {
 _MODES = {True: "max", False: "min"}
 
 
-def metric_producer(name: str) -> type | None:
-    """The torchmetric class whose value is logged under ``name`` (matched on its last two segments, any prefix:
-    ``val/synbench/score`` -> :class:`~src.metrics.SynBenchScore`), or None for a name no RepBench metric logs."""
+def _other(name: str) -> type | None:
     parts = str(name).split("/")
     group, key = (parts[-2] if len(parts) > 1 else ""), parts[-1]
-    for (g, k), cls in _PRODUCERS.items():
+    for (g, k), cls in _OTHER_PRODUCERS.items():
         if g in ("*", group) and (k == key or (k.endswith("*") and key.startswith(k[:-1]))):
             return cls
     return None
 
 
+def metric_producer(name: str) -> type | None:
+    """The torchmetric class whose value is logged under ``name`` (matched on its last two segments, any prefix:
+    ``val/synbench/score`` -> :class:`~src.metrics.SynBenchScore`), or None for a name no RepBench metric logs."""
+    found = logged_score(name)
+    if found is not None:
+        spec, score = found
+        return resolve(score.metric) if score.metric is not None else spec.load("metric")
+    return _other(name)
+
+
+def _own_direction(name: str) -> bool | None:
+    """The direction of the logged ``name``: its method's :class:`~src.methods.Score` row, else its metric's flag."""
+    found = logged_score(name)
+    if found is not None:
+        return found[1].higher_is_better
+    producer = _other(name)
+    return getattr(producer, "higher_is_better", None) if producer is not None else None
+
+
 def metric_direction(name: str, directions: Mapping[str, str] | None = None) -> str:
-    """``"max"`` or ``"min"`` for the logged metric ``name``: its producer's ``higher_is_better``
-    (:func:`metric_producer`). ``directions`` ({name: "max" | "min"}) gives it for a name without one (e.g.
-    ``val/loss``, ``val/utility``, ``val/task_prior/z``) and may not contradict a metric's own. Raises a
-    ValueError naming the fix when the direction is unknown."""
+    """``"max"`` or ``"min"`` for the logged metric ``name``: its score's direction (:data:`src.methods.METHODS`, or
+    the producing metric's ``higher_is_better``: :func:`metric_producer`). ``directions`` ({name: "max" | "min"})
+    gives it for a name without one (e.g. ``val/loss``, ``val/utility``, ``val/task_prior/var``) and may not
+    contradict a metric's own. Raises a ValueError naming the fix when the direction is unknown."""
     given = (directions or {}).get(name)
     if given is not None and given not in ("max", "min"):
         raise ValueError(f"directions[{name!r}] must be 'max' or 'min', got {given!r}")
     producer = metric_producer(name)
-    own = _MODES.get(getattr(producer, "higher_is_better", None)) if producer is not None else None
+    own = _MODES.get(_own_direction(name)) if producer is not None else None
     if own is not None and given is not None and given != own:
         raise ValueError(
-            f"directions[{name!r}]={given!r} contradicts {producer.__name__}.higher_is_better="
-            f"{producer.higher_is_better} (so {own!r}); drop the entry: the direction comes from the metric"
+            f"directions[{name!r}]={given!r} contradicts {producer.__name__}.higher_is_better={own == 'max'} for this "
+            f"value (so {own!r}); drop the entry: the direction comes from the metric"
         )
     if own is None and given is None:
         why = f"{producer.__name__} has no monotone direction" if producer is not None else "no RepBench metric logs it"

@@ -25,6 +25,7 @@ from ..divergence_radius.config import DivergenceRadiusConfig
 from ..divergence_radius.metrics import cosine_robustness, divergence_radius
 from ..divergence_radius.protocol import PerturbationCache, robustness_sweep
 from ..features import FeatureExtractor
+from ..methods.table import METHODS
 from ..utils.distributed import Shard, all_reduce_sum, no_reduce, raise_if_any_failed
 from ._plot import PlotMixin
 
@@ -41,7 +42,7 @@ VALUE_SLACK = 2.0**-10
 
 class _PerPerturbationMean(PlotMixin, Metric):
     is_differentiable = False
-    higher_is_better = False  # larger = less robust
+    higher_is_better = METHODS["divergence_radius"].metric_direction()  # False: larger = less robust
     full_state_update = False
     plot_lower_bound = 0.0  # R_dr and R_cs lie in [0, 1]
     plot_upper_bound = 1.0

@@ -18,6 +18,7 @@ import torch
 from torch import Tensor
 from torchmetrics import Metric
 
+from ..methods.table import METHODS
 from ..synbench.config import SynBenchConfig
 from ..synbench.plan import MeanStd, SamplingPlan, check_input_shape, check_normalization_shape, margin_scale
 from ..synbench.protocol import frozen, make_extract, run_protocol
@@ -72,7 +73,7 @@ class SynBenchScore(PlotMixin, Metric):
     """
 
     is_differentiable = False
-    higher_is_better = True  # the scores; best_eps() is not a score
+    higher_is_better = METHODS["synbench"].metric_direction()  # True: the scores; best_eps() is not a score
     full_state_update = False
     plot_lower_bound = 0.0  # scores are >= 0; no upper bound: a finite-sample score can exceed 1 (synbench/score.py)
 

@@ -26,6 +26,7 @@ import torch
 from torch import Tensor
 from torchmetrics import Metric
 
+from ..methods.table import METHODS
 from ..task_prior.config import TaskPriorConfig
 from ..task_prior.conventions import TaskPriorConvention, resolve_convention
 from ..task_prior.moments import kernel_scale, kernel_source, sharded_moment_sums
@@ -56,7 +57,7 @@ class TaskPriorMoments(PlotMixin, Metric):
     """
 
     is_differentiable = False
-    higher_is_better = None
+    higher_is_better = METHODS["task_prior"].metric_direction()  # None: E and z up, Var none (src.methods)
     full_state_update = False
 
     def __init__(

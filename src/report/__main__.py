@@ -53,11 +53,17 @@ def agreement_options(cfg: DictConfig) -> tuple[int, float]:
 def audit_config(cfg: DictConfig) -> Any:
     """The :class:`~src.report.audit.AuditConfig` of a composed report.yaml (every field checked here, the
     ``agreement`` block too: :func:`agreement_options`)."""
+    import dataclasses
+
+    from ..methods import METHODS
     from ..synbench import SynBenchConfig
     from .audit import AuditConfig
 
     agreement_options(cfg)
     plain = OmegaConf.to_container(cfg, resolve=True)
+    own = {f.name for f in dataclasses.fields(AuditConfig)}
+    # a registered method without a field of its own: its YAML block is its name (`+<name>={...}` on the command line)
+    methods = {m: _given(plain.get(m)) for m in METHODS if m not in own}
     down = dict(plain["downstream"])
     synbench = SynBenchConfig() if plain["full"] else synbench_block(plain["synbench"])
     return AuditConfig(
@@ -76,6 +82,7 @@ def audit_config(cfg: DictConfig) -> Any:
         downstream={k: down[k] for k in ("epsilons", "steps", "norm", "C")},
         budgets=tuple(plain["budgets"] or ()),
         seeds=tuple(plain["seeds"] or ()),
+        methods=methods,
     )
 
 

@@ -1,26 +1,19 @@
 """The backbone audit: every task-agnostic score of RepBench and the baselines, next to downstream probe accuracies,
 for several backbones — one loop over backbones × parts, each part cached on disk by (weights, settings).
 
-Parts (:data:`PARTS`), each a small function of one built backbone returning JSON-able values:
+The parts are the audit parts of the methods of :data:`src.methods.METHODS` (each :class:`~src.methods.AuditPart`
+says how to run, cache, tabulate, check and draw itself: ``synbench``, ``baselines``, ``divergence_radius``,
+``task_prior`` — :mod:`src.methods.audit_parts`), and ``downstream``, the report's own: clean and PGD-robust
+accuracy of a linear probe on each labelled downstream set (:mod:`src.report.downstream`), what every other column is
+judged against. A method registered in METHODS is a part here without any change to this file.
 
-* ``synbench`` — SynBench (Ko et al., ICML 2024, arXiv:2210.02989, Algorithm 1) under ``config.synbench``;
-* ``baselines`` — Val loss, MDL, SDL, ε-SC, LogME, SFDA, RankMe, α-ReQ on SynBench's synthetic proxy task (the same
-  samples: :func:`src.baselines.synthetic_task`) at separation ``config.baseline_s`` (the paper does not say which s
-  its Table 7 uses; the report states the one it uses);
-* ``divergence_radius`` — mean R_dr and R_cs per perturbation (Liu et al., arXiv:2604.14973) on the bundled photos;
-* ``task_prior`` — E, Var and z = E/√Var of the Task Prior (Patel & Balestriero, arXiv:2507.09871, Thm 2.3) on digits
-  with the prior backbone of ``config.task_prior``, and the mean probe accuracy over sampled tasks;
-* ``downstream`` — clean and PGD-robust accuracy of a linear probe on each labelled downstream set
-  (:mod:`src.report.downstream`): what every other column is judged against.
-
-``budgets`` repeats ``synbench`` and ``baselines`` at several numbers of synthetic training samples (the paper's
-Fig. 5 / Table 8 consistency check).
+``budgets`` and ``seeds`` repeat the synthetic parts (``synbench`` and ``baselines``) at other numbers of synthetic
+training samples (the paper's Fig. 5 / Table 8 consistency check) and sampling seeds.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import logging
 import math
 import time
@@ -33,9 +26,17 @@ from torch import Tensor
 
 from ..backbones import Backbone
 from ..backbones.spec import BackboneLike, backbone_labels, backbone_list, build_backbone, check_buildable
-from ..backbones.weights import state_fingerprint
 from ..divergence_radius.config import DivergenceRadiusConfig
-from ..synbench.config import SynBenchConfig
+from ..methods import METHODS, AuditPart, MethodSpec, PartContext, resolve
+from ..methods.audit_parts import (
+    backbone_fingerprint,
+    check_baseline_eps,
+    config_settings,
+    is_number,
+    need,
+    tensor_fingerprint,
+)
+from ..synbench.config import SynBenchConfig, synbench_budget
 from ..task_prior.config import TaskPriorConfig
 from ..utils.probe_images import BUNDLED_DIGITS
 from .cache import ResultCache
@@ -53,32 +54,22 @@ __all__ = [
 
 log = logging.getLogger("repbench")
 
-PARTS = ("synbench", "baselines", "divergence_radius", "task_prior", "downstream")
+#: the report's own part: what every score is judged against
+DOWNSTREAM = "downstream"
+
+
+def all_parts() -> tuple[str, ...]:
+    """Every part the audit can run: the audit parts of :data:`~src.methods.METHODS` in table order, then
+    ``downstream``."""
+    return (*(p.name for m in METHODS.values() for p in m.audit_parts), DOWNSTREAM)
+
+
+#: the parts of the three built-in methods and downstream (the default of :class:`AuditConfig`)
+PARTS = all_parts()
 #: the report's reduced SynBench budget (a few seconds per backbone at 32 px on 2 CPU cores); full=true in the CLI
-#: uses SynBenchConfig() (the official protocol) instead
-REDUCED_SYNBENCH: dict[str, Any] = {
-    "s_values": (0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0, 4.5),
-    "n_train": 2048,
-    "n_test": 1024,
-    "eps": (0.0, 0.2, 0.4),
-}
+#: uses SynBenchConfig() (the official protocol) instead — the "report" row of src.synbench.config.SYNBENCH_BUDGETS
+REDUCED_SYNBENCH: dict[str, Any] = synbench_budget("report")
 DOWNSTREAM_DEFAULTS: dict[str, Any] = {"epsilons": (0.05,), "steps": 5, "norm": "l2", "C": 1.0}
-
-
-def check_baseline_eps(eps: Any) -> tuple[float, ...]:
-    """``eps`` (ε of SDL and ε-SC) as a non-empty tuple of finite numbers > 0, else a ValueError naming the setting
-    (``baseline_eps``; ``baselines.eps`` in ``python -m src.report``) and the fix. Checked before any work: a bad ε
-    would otherwise fail inside every backbone's baselines part, after the features were computed."""
-    values = tuple(eps) if isinstance(eps, (list, tuple)) else (eps,)
-    good = bool(values) and all(
-        isinstance(e, (int, float)) and not isinstance(e, bool) and math.isfinite(e) and e > 0 for e in values
-    )
-    if not good:
-        raise ValueError(
-            f"baseline_eps (python -m src.report: baselines.eps) must be a non-empty list of finite numbers > 0 (the "
-            f"loss thresholds of SDL and eps-SC), got {list(values)}; e.g. baselines.eps=[1.0] (the paper's Table 7)"
-        )
-    return tuple(float(e) for e in values)
 
 
 @dataclass(frozen=True)
@@ -90,6 +81,8 @@ class AuditConfig:
     baselines: which baselines (:data:`src.baselines.ALL_BASELINES`); baseline_eps: ε of SDL / ε-SC (the paper: 1).
     divergence_radius: the sweep; dr_images / dr_image_size: bundled photos swept. task_prior: the probe study;
     tp_images / tp_image_size: the digits it runs on. downstream: probe options (epsilons, steps, norm, C).
+    methods: {name: options} of methods registered in :data:`~src.methods.METHODS` beyond the three with a field
+    here (an options object, a mapping of its fields, or None = its defaults).
     budgets: numbers of synthetic training samples for the consistency check (empty = none).
     seeds: extra seeds of the synthetic parts (SynBench and the baselines are Monte Carlo estimates): each repeats
     them with ``synbench.seed`` replaced; the table shows the mean over all seeds and the rank agreement resamples
@@ -111,18 +104,26 @@ class AuditConfig:
     downstream: Mapping[str, Any] = field(default_factory=lambda: dict(DOWNSTREAM_DEFAULTS))
     budgets: tuple[int, ...] = ()
     seeds: tuple[int, ...] = ()
+    methods: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         parts = tuple(self.parts)
-        unknown = sorted(set(parts) - set(PARTS))
+        unknown = sorted(set(parts) - set(all_parts()))
         if unknown or not parts:
-            raise ValueError(f"parts {unknown or parts} unknown; choose from {list(PARTS)}")
+            raise ValueError(f"parts {unknown or parts} unknown; choose from {list(all_parts())}")
         object.__setattr__(self, "parts", parts)
-        if not isinstance(self.synbench, SynBenchConfig):
-            object.__setattr__(self, "synbench", SynBenchConfig(**dict(self.synbench)))
-        if not isinstance(self.divergence_radius, DivergenceRadiusConfig):
-            object.__setattr__(self, "divergence_radius", DivergenceRadiusConfig.coerce(self.divergence_radius))
-        object.__setattr__(self, "task_prior", TaskPriorConfig.coerce(self.task_prior))
+        names = {f.name for f in dataclasses.fields(self)}
+        stray = sorted(set(self.methods or {}) - (set(METHODS) - names))
+        if stray:
+            raise ValueError(
+                f"methods {stray}: not a registered method without its own field here; the methods are "
+                f"{[m for m in METHODS if m not in names]} (set {[m for m in stray if m in names]} by their field)"
+            )
+        for spec in METHODS.values():  # each method's options through its one door (Options.coerce)
+            if spec.name in names:
+                object.__setattr__(self, spec.name, spec.options.coerce(getattr(self, spec.name)))
+        methods = {m: METHODS[m].options.coerce((self.methods or {}).get(m)) for m in METHODS if m not in names}
+        object.__setattr__(self, "methods", methods)
         from ..baselines import ALL_BASELINES
 
         which = ALL_BASELINES if self.baselines is None else tuple(self.baselines)
@@ -159,88 +160,9 @@ class AuditConfig:
             )
         object.__setattr__(self, "seeds", seeds)
 
-
-def tensor_fingerprint(*tensors: Tensor) -> str:
-    """sha256 of tensors' dtypes, shapes and bytes (identifies a data set in the cache key)."""
-    h = hashlib.sha256()
-    for t in tensors:
-        t = t.detach().cpu().contiguous()
-        h.update(f"{t.dtype}|{tuple(t.shape)}|".encode())
-        h.update(t.reshape(-1).view(torch.uint8).numpy())
-    return h.hexdigest()
-
-
-def backbone_fingerprint(backbone: Backbone) -> str:
-    """The weights' fingerprint (parameters and buffers) plus the backbone's name and input convention."""
-    state = {**dict(backbone.named_parameters()), **dict(backbone.named_buffers())}
-    meta = f"{backbone.name}|{tuple(backbone.input_size)}|{tuple(backbone.mean)}|{tuple(backbone.std)}"
-    return hashlib.sha256((state_fingerprint(state) + meta).encode()).hexdigest()
-
-
-# ----------------------------------------------------------------------------------------------- the parts
-def part_synbench(bb: Backbone, cfg: SynBenchConfig, input_size: int | None, device: Any) -> dict[str, Any]:
-    """SynBench of one backbone: the re-loadable ``SynBenchResult.to_dict()``."""
-    from ..synbench import synbench
-
-    size = bb.input_size[-1] if input_size is None else input_size
-    return synbench(bb.embed, input_shape=(3, size, size), config=cfg, device=device).to_dict()
-
-
-def part_baselines(
-    bb: Backbone, cfg: SynBenchConfig, s: float, which: Sequence[str], eps: Sequence[float], input_size: int | None,
-    device: Any,
-) -> dict[str, Any]:  # fmt: skip
-    """Every baseline on SynBench's proxy task at separation ``s`` (same samples), with the time of each."""
-    from ..baselines import baseline_scores, synthetic_task
-
-    eps = check_baseline_eps(eps)  # a configuration error, not a score undefined on this backbone: never an "n/a"
-    size = bb.input_size[-1] if input_size is None else input_size
-    t0 = time.perf_counter()
-    task = synthetic_task(bb.embed, (3, size, size), cfg, s, device)
-    features_s = time.perf_counter() - t0
-    curve = tuple(n for n in which if n in ("val_loss", "mdl", "sdl", "esc"))
-    groups = [(n,) for n in which if n not in curve] + ([curve] if curve else [])
-    values: dict[str, Any] = {}
-    seconds: dict[str, float] = {"features": features_s}
-    lower: list[str] = []
-    errors: dict[str, str] = {}
-    for group in groups:  # one score that is undefined here (e.g. too few dimensions) leaves the others standing
-        try:
-            scores = baseline_scores(*task, which=group, eps=tuple(eps), seed=cfg.seed)
-        except ValueError as err:
-            for name in group:
-                errors[name] = str(err)
-            continue
-        values.update(scores)
-        seconds.update(scores.seconds)
-        lower += sorted(scores.lower_bounds)
-    return {"values": values, "seconds": seconds, "lower_bounds": lower, "errors": errors}
-
-
-def part_divergence_radius(bb: Backbone, cfg: DivergenceRadiusConfig, images: Tensor, device: Any) -> dict[str, Any]:
-    """Mean R_dr and R_cs per perturbation over ``images`` (and their means over perturbations)."""
-    from ..divergence_radius import robustness_sweep
-
-    out = robustness_sweep(images, bb.embed, cfg, device=device)
-    r_dr, r_cs = out.r_dr.mean(0), out.r_cs.mean(0)
-    return {
-        "r_dr": dict(zip(out.names, r_dr.tolist())),
-        "r_cs": dict(zip(out.names, r_cs.tolist())),
-        "r_dr_mean": float(r_dr.mean()),
-        "r_cs_mean": float(r_cs.mean()),
-    }
-
-
-def part_task_prior(
-    bb: Backbone, cfg: TaskPriorConfig, images: Tensor, prior_features: Tensor, label: str, device: Any
-) -> dict[str, Any]:
-    """The Task-Prior row of one backbone against the prior's features (same sampled tasks for every backbone)."""
-    from ..features import FeatureExtractor
-    from ..task_prior import compare_features
-
-    z = FeatureExtractor(bb.embed, device=device)(images).float().cpu()
-    (row,) = compare_features({label: z}, prior_features, cfg)
-    return {k: v for k, v in row.items() if k != "backbone"}
+    def options(self, method: str) -> Any:
+        """The options of ``method`` (its field here, else its entry of ``methods``)."""
+        return getattr(self, method) if method in {f.name for f in dataclasses.fields(self)} else self.methods[method]
 
 
 def part_downstream(
@@ -254,47 +176,35 @@ def part_downstream(
 
 
 # ----------------------------------------------------------------------------------------------- cached entries
-def _is_number(value: Any) -> bool:
-    """A JSON number, or null (a NaN is cached as null)."""
-    return value is None or (isinstance(value, (int, float)) and not isinstance(value, bool))
-
-
-def _need(ok: bool, what: str) -> None:
-    if not ok:
-        raise ValueError(f"malformed cached value: {what}")
+def audit_part(name: str) -> tuple[MethodSpec, AuditPart] | None:
+    """(method, part) of the audit part ``name`` in :data:`~src.methods.METHODS`; None for ``downstream``."""
+    for spec in METHODS.values():
+        for part in spec.audit_parts:
+            if part.name == name:
+                return spec, part
+    return None
 
 
 def _check_part_value(part: str, value: Any) -> None:
     """The shape :func:`run_audit` and the renderer read of one part's value (ValueError/KeyError/TypeError if not)."""
-    _need(isinstance(value, Mapping), f"the {part} value is {type(value).__name__}, not a mapping")
-    if part == "synbench":
-        from ..synbench import SynBenchResult
-
-        SynBenchResult.from_dict(dict(value))  # the renderer's reader
-    elif part == "baselines":
-        _need(isinstance(value.get("values"), Mapping), "baselines without a 'values' mapping")
-        _need(all(_is_number(v) for v in value["values"].values()), "a baseline score that is not a number")
-        _need(isinstance(value.get("lower_bounds"), list), "baselines without a 'lower_bounds' list")
-    elif part == "divergence_radius":
-        _need(all(isinstance(value.get(k), Mapping) for k in ("r_dr", "r_cs")), "no 'r_dr' / 'r_cs' mapping")
-        _need(all(_is_number(value.get(k, "")) for k in ("r_dr_mean", "r_cs_mean")), "no 'r_dr_mean' / 'r_cs_mean'")
-    elif part == "task_prior":
-        _need(
-            all(_is_number(value.get(k, "")) for k in ("mean", "var", "z", "acc_mean")), "no mean / var / z / acc_mean"
-        )
-    elif part == "downstream":
-        _need(all(isinstance(v, Mapping) and all(map(_is_number, v.values())) for v in value.values()),
-              "a downstream set without a mapping of accuracies")  # fmt: skip
+    need(isinstance(value, Mapping), f"the {part} value is {type(value).__name__}, not a mapping")
+    found = audit_part(part)
+    if found is not None:
+        if found[1].check is not None:
+            found[1].call("check", value)
+    elif part == DOWNSTREAM:
+        need(all(isinstance(v, Mapping) and all(map(is_number, v.values())) for v in value.values()),
+             "a downstream set without a mapping of accuracies")  # fmt: skip
 
 
 def check_cached_entry(part: str, entry: Any) -> None:
     """A cache entry of :func:`run_audit`: ``{"value": <the part's value>, "seconds": <finite number >= 0>}``; a
     ValueError/KeyError/TypeError saying what is wrong otherwise (:meth:`ResultCache.get` then warns, naming the
     file, and the part is recomputed) — an edited entry with a valid key must not crash the report or fill it."""
-    _need(isinstance(entry, Mapping), f"the entry holds {type(entry).__name__}, not {{'value': ..., 'seconds': ...}}")
-    _need("value" in entry and "seconds" in entry, f"the entry has the keys {sorted(entry)}, not value and seconds")
+    need(isinstance(entry, Mapping), f"the entry holds {type(entry).__name__}, not {{'value': ..., 'seconds': ...}}")
+    need("value" in entry and "seconds" in entry, f"the entry has the keys {sorted(entry)}, not value and seconds")
     seconds = entry["seconds"]
-    _need(_is_number(seconds) and seconds is not None and math.isfinite(seconds) and seconds >= 0,
+    need(is_number(seconds) and seconds is not None and math.isfinite(seconds) and seconds >= 0,
           f"seconds is {seconds!r}, not a finite number >= 0")  # fmt: skip
     _check_part_value(part, entry["value"])
 
@@ -314,14 +224,7 @@ class AuditResults:
     cache_misses: int = 0
 
 
-def _config_settings(cfg: Any) -> Any:
-    if dataclasses.is_dataclass(cfg):
-        return {f.name: _config_settings(getattr(cfg, f.name)) for f in dataclasses.fields(cfg)}
-    if isinstance(cfg, Mapping):
-        return {str(k): _config_settings(v) for k, v in cfg.items()}
-    if isinstance(cfg, (list, tuple)):
-        return [_config_settings(v) for v in cfg]
-    return cfg
+_config_settings = config_settings  # the name render.py reads
 
 
 def run_audit(
@@ -331,6 +234,7 @@ def run_audit(
     downstream: Mapping[str, tuple[tuple[Tensor, Tensor], tuple[Tensor, Tensor]]] | None = None,
     dr_images: Tensor | None = None,
     tp_images: Tensor | None = None,
+    inputs: Mapping[str, Any] | None = None,
     cache_dir: str | None = None,
     device: Any = "cpu",
     progress: bool | Callable[[str], None] = False,
@@ -338,8 +242,10 @@ def run_audit(
     """Run every part of ``config`` on every backbone (cached parts are read back).
 
     ``downstream``: {set name: ((train images, labels), (test images, labels))}, images (N, 3, H, W) in [0, 1];
-    None = the bundled digits at 64 px (stratified split of the training CLI's digits module). ``dr_images``: the
-    images DivergenceRadius sweeps (None = the bundled photos). ``tp_images``: the Task-Prior images (None = digits).
+    None = the bundled digits at 64 px (stratified split of the training CLI's digits module). ``inputs``: {method
+    name: what its ``audit_prepare`` takes instead of its default data}; ``dr_images`` (the images DivergenceRadius
+    sweeps; None = the bundled photos) and ``tp_images`` (the Task-Prior images; None = digits) are its entries for
+    those two methods.
     """
     from ..utils.progress import progress_sink
 
@@ -348,66 +254,40 @@ def run_audit(
     labels = backbone_labels(specs)
     say = progress_sink(progress)
     parts = cfg.parts
+    given = {"divergence_radius": dr_images, "task_prior": tp_images, **dict(inputs or {})}
     cache = ResultCache(cache_dir)
     cache.check(parts)  # a cache_dir (or a part folder in it) that is a regular file: refused before any work
-    if "downstream" in parts and downstream is None:
+    if DOWNSTREAM in parts and downstream is None:
         downstream = {"digits": default_digits()}
-    if "downstream" in parts and not downstream:
+    if DOWNSTREAM in parts and not downstream:
         raise ValueError("downstream needs at least one labelled set, e.g. {'digits': ((x, y), (x, y))}")
-    if "divergence_radius" in parts and dr_images is None:
-        from ..utils.photos import bundled_photos
-
-        dr_images = bundled_photos(cfg.dr_images, cfg.dr_image_size, seed=cfg.divergence_radius.seed)
-    if "task_prior" in parts and tp_images is None:
-        from ..task_prior.report import digits_images
-
-        tp_images = digits_images(cfg.tp_images, cfg.tp_image_size)
     check_buildable(specs)  # missing weights fail before any part runs
 
-    prior_features: Tensor | None = None
-    prior_fp = ""
-    if "task_prior" in parts:
-        from ..features import FeatureExtractor
-
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(cfg.task_prior.seed)
-            prior = build_backbone(cfg.task_prior.prior_backbone).eval().to(device)
-        prior_fp = backbone_fingerprint(prior)
-        prior_features = FeatureExtractor(prior.embed, device=device)(tp_images).float().cpu()
-        del prior
-
-    data_fp = {
-        "downstream": {k: tensor_fingerprint(*tr, *te) for k, (tr, te) in (downstream or {}).items()},
-        "dr_images": tensor_fingerprint(dr_images) if dr_images is not None else None,
-        "tp_images": tensor_fingerprint(tp_images) if tp_images is not None else None,
-    }
     jobs: list[tuple[str, Callable[[Backbone, str], dict[str, Any]], dict[str, Any]]] = []
 
-    def synthetic_jobs(suffix: str, sb: SynBenchConfig) -> None:
-        """The synbench and baselines parts at SynBench settings ``sb`` (main run, a seed or a budget)."""
-        settings = {"synbench": _config_settings(sb), "input_size": cfg.input_size}
-        if "synbench" in parts:
-            jobs.append((f"synbench{suffix}", lambda bb, lab: part_synbench(bb, sb, cfg.input_size, device), settings))
-        if "baselines" in parts:
-            extra = {"s": cfg.baseline_s, "which": list(cfg.baselines), "eps": list(cfg.baseline_eps)}
-            jobs.append((f"baselines{suffix}", lambda bb, lab: part_baselines(bb, sb, cfg.baseline_s, cfg.baselines,
-                         cfg.baseline_eps, cfg.input_size, device), {**settings, **extra}))  # fmt: skip
+    def add(part: AuditPart, name: str, ctx: PartContext) -> None:
+        run = resolve(part.run)
+        jobs.append((name, lambda bb, lab: run(bb, dataclasses.replace(ctx, label=lab)), part.call("settings", ctx)))
 
-    synthetic_jobs("", cfg.synbench)
-    for k in cfg.seeds:
-        synthetic_jobs(f"#{k}", dataclasses.replace(cfg.synbench, seed=k))
-    for n in cfg.budgets:
-        synthetic_jobs(f"@{n}", dataclasses.replace(cfg.synbench, n_train=n))
-    if "divergence_radius" in parts:
-        jobs.append(("divergence_radius", lambda bb, lab: part_divergence_radius(bb, cfg.divergence_radius,
-                     dr_images, device), {"config": cfg.divergence_radius.to_dict(), "images": data_fp["dr_images"]}))  # fmt: skip
-    if "task_prior" in parts:
-        jobs.append(("task_prior", lambda bb, lab: part_task_prior(bb, cfg.task_prior, tp_images, prior_features, lab,
-                     device), {"config": _config_settings(cfg.task_prior), "images": data_fp["tp_images"],
-                     "prior": prior_fp}))  # fmt: skip
-    if "downstream" in parts:
-        jobs.append(("downstream", lambda bb, lab: part_downstream(bb, downstream, cfg.downstream, device),
-                     {"options": _config_settings(cfg.downstream), "sets": data_fp["downstream"]}))  # fmt: skip
+    for spec in METHODS.values():  # one loop over the methods' audit parts, in table order
+        wanted = [p for p in spec.audit_parts if p.name in parts]
+        if not wanted:
+            continue
+        data = resolve(spec.audit_prepare)(cfg, device, given.get(spec.name)) if spec.audit_prepare else {}
+        options = cfg.options(spec.name)
+        # synthetic parts: the main run, then each extra seed, then each budget ("synbench#1", "baselines@8192")
+        variants = [("", options)]
+        if any(p.synthetic for p in wanted):
+            variants += [(f"#{k}", dataclasses.replace(options, seed=k)) for k in cfg.seeds]
+            variants += [(f"@{n}", dataclasses.replace(options, n_train=n)) for n in cfg.budgets]
+        for suffix, opts in variants:
+            for part in wanted:
+                if part.synthetic or not suffix:
+                    add(part, part.name + suffix, PartContext(opts, cfg, device, data))
+    if DOWNSTREAM in parts:
+        sets_fp = {k: tensor_fingerprint(*tr, *te) for k, (tr, te) in (downstream or {}).items()}
+        jobs.append((DOWNSTREAM, lambda bb, lab: part_downstream(bb, downstream, cfg.downstream, device),
+                     {"options": config_settings(cfg.downstream), "sets": sets_fp}))  # fmt: skip
 
     values: dict[str, dict[str, Any]] = {}
     seconds: dict[str, dict[str, float]] = {}

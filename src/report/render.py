@@ -9,58 +9,42 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from ..methods import METHODS, AuditPart, column_direction, descriptive_columns
+from ..methods.audit_parts import config_settings
 from ..utils.atomic_write import atomic_write_bytes
 from ..utils.rank_agreement import Agreement, agreement
 from ..utils.report_writer import Report
 from .audit import AuditResults
 from .html import figure_html, markdown_table, page, table_html
 
-__all__ = ["DIRECTIONS", "score_rows", "agreements", "budget_choices", "audit_report", "write_audit"]
-
-#: higher is better (True), lower is better (False), no direction (None) — the paper's reading of each score
-#: (SynBench Table 7: "for Val loss, MDL, SDL and ε SC the smaller the better; for LogME, SFDA, SynBench the bigger";
-#: DivergenceRadius: a smaller radius is more robust; α-ReQ: best near 1, no monotone direction)
-DIRECTIONS: dict[str, bool | None] = {
-    "synbench": True,
-    "synbench_best_eps": None,
-    "logme": True,
-    "sfda": True,
-    "rankme": True,
-    "alpha_req": None,
-    "val_loss": False,
-    "mdl": False,
-    "sdl": False,
-    "esc": False,
-    "r_dr_mean": False,
-    "r_cs_mean": False,
-    "tp_mean": True,
-    "tp_var": None,
-    "tp_z": True,
-    "tp_acc_mean": True,
-}
+__all__ = ["direction", "score_rows", "agreements", "budget_choices", "audit_report", "write_audit"]
 
 
 def direction(column: str) -> bool | None:
-    """The direction of a table column (``sdl@1`` → ``sdl``; downstream accuracies: higher is better)."""
+    """The direction of a table column: higher is better (True), lower (False), none (None) — the paper's reading of
+    each score, stated once in :data:`src.methods.METHODS` (the baselines: :data:`src.baselines.BASELINES`; ``sdl@1``
+    reads ``sdl``). Downstream accuracies (``<set>/<metric>``): higher is better."""
     if "/" in column:
         return True
-    return DIRECTIONS.get(column.split("@")[0])
+    return column_direction(column)
 
 
-def _synbench_columns(value: Mapping[str, Any]) -> dict[str, float]:
-    from ..synbench import SynBenchResult
+def _method_parts(results: AuditResults, synthetic: bool | None = None) -> list[AuditPart]:
+    """The audit parts of the methods that ran (table order); ``synthetic`` picks the repeated ones (or the rest)."""
+    return [
+        p
+        for spec in METHODS.values()
+        for p in spec.audit_parts
+        if p.name in results.config.parts and (synthetic is None or p.synthetic == synthetic)
+    ]
 
-    res = SynBenchResult.from_dict(dict(value))
-    return {"synbench": res.score(res.eps[0]), "synbench_best_eps": res.best_eps()}
 
-
-def _synthetic_columns(v: Mapping[str, Any], suffix: str = "") -> dict[str, float]:
-    """SynBench and baseline columns of one backbone from its parts ``synbench<suffix>`` / ``baselines<suffix>``."""
+def _synthetic_columns(results: AuditResults, v: Mapping[str, Any], suffix: str = "") -> dict[str, float]:
+    """The synthetic parts' columns of one backbone from its values ``<part><suffix>`` (``synbench#1``, ...)."""
     cols: dict[str, float] = {}
-    if f"synbench{suffix}" in v:
-        cols.update(_synbench_columns(v[f"synbench{suffix}"]))
-    if f"baselines{suffix}" in v:
-        cols.update(v[f"baselines{suffix}"]["values"])
+    for part in _method_parts(results, synthetic=True):
+        if f"{part.name}{suffix}" in v:
+            cols.update(part.call("columns", v[f"{part.name}{suffix}"]))
     return cols
 
 
@@ -69,7 +53,7 @@ def seed_values(results: AuditResults) -> dict[str, dict[str, list[float]]]:
     out: dict[str, dict[str, list[float]]] = {}
     for label in results.labels:
         v = results.values[label]
-        per = [_synthetic_columns(v)] + [_synthetic_columns(v, f"#{k}") for k in results.config.seeds]
+        per = [_synthetic_columns(results, v)] + [_synthetic_columns(results, v, f"#{k}") for k in results.config.seeds]
         out[label] = {c: [p[c] for p in per if c in p and _is_number(p[c])] for c in per[0]}
     return out
 
@@ -81,15 +65,12 @@ def score_rows(results: AuditResults) -> list[dict[str, Any]]:
     seeds = seed_values(results)
     for label in results.labels:
         v, row = results.values[label], {"backbone": label}
+        first = _synthetic_columns(results, v)
         for col, vals in seeds[label].items():
-            first = _synthetic_columns(v).get(col)
-            row[col] = sum(vals) / len(vals) if vals and results.config.seeds else first
-        if "divergence_radius" in v:
-            row["r_dr_mean"] = v["divergence_radius"]["r_dr_mean"]
-            row["r_cs_mean"] = v["divergence_radius"]["r_cs_mean"]
-        if "task_prior" in v:
-            tp = v["task_prior"]
-            row.update({"tp_mean": tp["mean"], "tp_var": tp["var"], "tp_z": tp["z"], "tp_acc_mean": tp["acc_mean"]})
+            row[col] = sum(vals) / len(vals) if vals and results.config.seeds else first.get(col)
+        for part in _method_parts(results, synthetic=False):
+            if part.name in v:
+                row.update(part.call("columns", v[part.name]))
         for name, accs in v.get("downstream", {}).items():
             row.update({f"{name}/{k}": a for k, a in accs.items()})
         for part, sec in results.seconds[label].items():
@@ -98,43 +79,24 @@ def score_rows(results: AuditResults) -> list[dict[str, Any]]:
     return rows
 
 
-def cost_note(results: AuditResults) -> str:
-    """One sentence comparing the cost of SynBench with the baselines' on the same proxy task, per synthetic sample
-    (SynBench draws len(s_values)·(n_train + n_test) samples, the baselines n_train + n_test at one s) — the quantity
-    behind the paper's "50× cheaper" (Appendix A.9); empty when either part is missing."""
-    cfg = results.config.synbench
-    ratios = []
-    for label in results.labels:
-        sec = results.seconds[label]
-        if "synbench" in sec and "baselines" in sec and sec["synbench"] > 0:
-            per_sb = sec["synbench"] / (len(cfg.s_values) * (cfg.n_train + cfg.n_test))
-            per_bl = sec["baselines"] / (cfg.n_train + cfg.n_test)
-            ratios.append(per_bl / per_sb)
-    if not ratios:
-        return ""
-    ratios.sort()
-    return (
-        f"Per synthetic sample, the baselines cost {ratios[0]:.1f}–{ratios[-1]:.1f}× what SynBench costs "
-        f"(median {ratios[len(ratios) // 2]:.1f}×; both include the backbone forwards)."
-    )
+def time_notes(results: AuditResults) -> str:
+    """The audit parts' notes under the time table (e.g. SynBench's cost against the baselines'), one per line."""
+    notes = [p.call("note", results) for p in _method_parts(results) if p.note is not None]
+    return "\n".join(n for n in notes if n)
 
 
 def _is_number(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(float(v))
 
 
-#: table columns that describe a backbone but do not score it (left out of the rank agreement)
-NOT_SCORES = ("synbench_best_eps",)
-
-
 def score_columns(rows: Sequence[Mapping[str, Any]], with_descriptive: bool = False) -> list[str]:
-    """The task-agnostic score columns (every column but the backbone, accuracies and times; ``NOT_SCORES`` only
+    """The task-agnostic score columns (every column but the backbone, accuracies and times; the descriptive ones, :func:`src.methods.descriptive_columns`, only
     with ``with_descriptive``)."""
     cols: list[str] = []
     for r in rows:
         for k in r:
             if k not in cols and k != "backbone" and "/" not in k and not k.startswith("time_"):
-                if with_descriptive or k not in NOT_SCORES:
+                if with_descriptive or k not in descriptive_columns():
                     cols.append(k)
     return cols
 
@@ -204,12 +166,7 @@ def budget_choices(results: AuditResults, pair: Sequence[str] | None = None) -> 
     for n in budgets:
         per_n[n] = {}
         for label in (a, b):
-            v, cols = results.values[label], {}
-            if f"synbench@{n}" in v:
-                cols.update(_synbench_columns(v[f"synbench@{n}"]))
-            if f"baselines@{n}" in v:
-                cols.update(v[f"baselines@{n}"]["values"])
-            per_n[n][label] = cols
+            per_n[n][label] = _synthetic_columns(results, results.values[label], f"@{n}")
     names = [c for c in per_n[budgets[0]][a] if direction(c) is not None]
     for col in names:
         row: dict[str, Any] = {"score": col}
@@ -235,38 +192,9 @@ def _figures(results: AuditResults, rows: Sequence[Mapping[str, Any]], agree: Se
 
     figs: dict[str, Any] = {}
     labels = results.labels
-    if all("synbench" in results.values[lab] for lab in labels):
-        from ..synbench import SynBenchResult
-        from ..synbench.compare import comparison_figures
-
-        res = {lab: SynBenchResult.from_dict(dict(results.values[lab]["synbench"])) for lab in labels}
-        figs["curves.png"] = comparison_figures(res)["curves.png"]
-    if all("divergence_radius" in results.values[lab] for lab in labels):
-        from ..divergence_radius.figures import robustness_axis
-
-        names = list(results.values[labels[0]]["divergence_radius"]["r_dr"])
-        fig = Figure(figsize=(9, 3.2))
-        ax = fig.add_subplot()
-        w = 0.8 / len(labels)
-        x = np.arange(len(names))
-        for i, lab in enumerate(labels):
-            r = results.values[lab]["divergence_radius"]["r_dr"]
-            ax.bar(x + i * w - 0.4 + w / 2, [r[n] for n in names], w, label=lab)
-        ax.set_xticks(x, [n.replace("_", "\n") for n in names], fontsize=7)
-        robustness_axis(ax, "mean R_dr\n(lower = more robust)")  # R_dr's fixed [0, 1] range, as every R_dr figure
-        ax.legend(fontsize=6, loc="upper right")
-        ax.set_title("DivergenceRadius per perturbation")
-        fig.tight_layout()  # the y label inside the canvas
-        figs["r_dr_by_perturbation.png"] = fig
-    if all("task_prior" in results.values[lab] for lab in labels):
-        fig = Figure(figsize=(6, 3))
-        ax = fig.add_subplot()
-        z = [results.values[lab]["task_prior"]["z"] for lab in labels]
-        ax.bar(range(len(labels)), [v if v is not None and math.isfinite(v) else 0.0 for v in z])
-        ax.set_xticks(range(len(labels)), labels, fontsize=6, rotation=20, ha="right")
-        ax.set_ylabel("Task-Prior z = E / √Var")
-        ax.set_title("Task-Prior z-scores")
-        figs["task_prior_z.png"] = fig
+    for part in _method_parts(results):  # each method's figure over every backbone that has its part
+        if part.figure is not None and all(part.name in results.values[lab] for lab in labels):
+            figs[part.figure_name] = part.call("figure", {lab: results.values[lab][part.name] for lab in labels})
     targets = target_columns(rows)
     scores = [c for c in score_columns(rows) if any(a.score == c for a in agree)]
     if scores and targets:
@@ -324,7 +252,7 @@ def audit_report(results: AuditResults, n_boot: int = 2000, level: float = 0.9) 
     md += ["\n## Rank agreement with the downstream accuracies\n", legend + "\n", markdown_table(matrix, matrix_cols)]
     if budget:
         md += ["\n## Consistency across synthetic budgets\n", markdown_table(budget, list(budget[0]))]
-    cost = cost_note(results)
+    cost = time_notes(results)
     md += ["\n## Time per part (s)\n", (cost + "\n") if cost else "", markdown_table(rows, ["backbone", *times])]
     md_text = "\n".join(md)
 
@@ -354,20 +282,17 @@ def audit_report(results: AuditResults, n_boot: int = 2000, level: float = 0.9) 
     cost_html = f'<p class="note">{cost}</p>' if cost else ""
     sections.append(("Time per part (seconds)", cost_html + table_html(rows, ["backbone", *times])))
     figs = figures()
-    captions = {
-        "curves.png": "SynBench: expected scaled bound E(a_t) at ε = 0 per backbone, with the input-space reference",
-        "r_dr_by_perturbation.png": "DivergenceRadius: mean R_dr per perturbation (lower = more robust embeddings)",
-        "task_prior_z.png": "Task Priors: z = E / √Var of the kernel alignment under the prior",
-        "agreement.png": "Kendall τ_b of each score with each downstream accuracy, with its bootstrap interval",
-    }
+    captions = {p.figure_name: p.caption for p in _method_parts(results) if p.figure is not None}
+    captions["agreement.png"] = "Kendall τ_b of each score with each downstream accuracy, with its bootstrap interval"
     sections.append(("Figures", "".join(figure_html(f, captions.get(n, n)) for n, f in figs.items())))
     return report, page("RepBench backbone audit", sections, intro)
 
 
 def _jsonable_config(cfg: Any) -> Any:
-    from .audit import _config_settings
-
-    return _config_settings(cfg)
+    out = config_settings(cfg)
+    if not out.get("methods"):  # no method beyond the built-in three: report.json as before the field existed
+        out.pop("methods", None)
+    return out
 
 
 def write_audit(results: AuditResults, out_dir: str | Path, n_boot: int = 2000, level: float = 0.9) -> dict[str, Path]:

@@ -19,6 +19,8 @@ import inspect
 from collections.abc import Mapping
 from typing import Any
 
+from ..methods import resolve
+
 __all__ = ["check_objective", "objective_names"]
 
 
@@ -40,26 +42,19 @@ def objective_names(cfg: Mapping[str, Any]) -> dict[str, str]:
 def _monitor_of(name: str) -> type | None:
     """The callback class that logs ``name`` when only a monitor logs it, else None: a name a RepBench metric logs
     (``metric_producer``) under a monitor's log group (the segment before the last: ``val/spectrum/rankme``)."""
-    from ..callbacks import (
-        DivergenceRadiusCallback,
-        DownstreamProbeCallback,
-        RepresentationSpectrumCallback,
-        SynBenchCallback,
-        metric_producer,
-    )
+    from ..callbacks import DownstreamProbeCallback, RepresentationSpectrumCallback, metric_producer
+    from ..methods import METHODS
 
-    # by log group, not by metric class: the downstream probes' accuracy is also the modules' val/acc.
-    # task_prior is not here: the task-prior probe module logs val/task_prior/* itself
-    monitors = {
-        "synbench": SynBenchCallback,
-        "divergence_radius": DivergenceRadiusCallback,
-        "cosine_robustness": DivergenceRadiusCallback,
-        "spectrum": RepresentationSpectrumCallback,
-        "downstream": DownstreamProbeCallback,
-    }
+    # by log group, not by metric class: the downstream probes' accuracy is also the modules' val/acc. A method
+    # whose family a RepBench module logs itself (module_logs: the task-prior probe) is not only a monitor's
+    monitors: dict[str, Any] = {"spectrum": RepresentationSpectrumCallback, "downstream": DownstreamProbeCallback}
+    for spec in METHODS.values():
+        if not spec.module_logs:
+            monitors.update(dict.fromkeys(spec.families, spec.callback))
     parts = str(name).split("/")
     group = parts[-2] if len(parts) > 1 else ""
-    return monitors.get(group) if metric_producer(name) is not None else None
+    found = monitors.get(group) if metric_producer(name) is not None else None
+    return resolve(found) if found is not None else None
 
 
 def _configured(cfg: Mapping[str, Any]) -> list[tuple[str, type, Any]]:

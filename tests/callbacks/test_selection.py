@@ -66,8 +66,9 @@ def test_directions_come_from_the_metrics():
     # robust accuracies as the probes log them (src.attacks.naming): a sweep report on the probe sweep needs them
     assert metric_direction("val/adv/acc_pgd5_l2_0p05") == "max"
     assert metric_direction("test/adv/acc_autoattack_torchattacks_standard_linf_0p03") == "max"
-    with pytest.raises(ValueError, match=r"direction of 'val/task_prior/z' is unknown.*directions="):
-        metric_direction("val/task_prior/z")
+    with pytest.raises(ValueError, match=r"direction of 'val/task_prior/var' is unknown.*directions="):
+        metric_direction("val/task_prior/var")  # Var has no direction (src.methods.METHODS); E and z have
+    assert metric_direction("val/task_prior/z") == metric_direction("val/task_prior/mean") == "max"
     with pytest.raises(ValueError, match=r"contradicts DivergenceRadius.higher_is_better=False"):
         ScoreCheckpoint(monitor="val/divergence_radius/mean", mode="max")
 

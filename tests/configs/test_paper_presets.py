@@ -107,8 +107,10 @@ def no_computation(monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("a part of the audit ran: the missing files were not found first")
 
-    for part in ("synbench", "baselines", "divergence_radius", "task_prior", "downstream"):
-        monkeypatch.setattr(f"src.report.audit.part_{part}", refuse)
+    for part in ("synbench", "baselines", "divergence_radius", "task_prior"):  # read lazily from METHODS
+        monkeypatch.setattr(f"src.methods.audit_parts.{part}_run", refuse)
+    monkeypatch.setattr("src.methods.audit_parts.task_prior_prepare", refuse)  # builds the prior backbone
+    monkeypatch.setattr("src.report.audit.part_downstream", refuse)
 
 
 @pytest.mark.parametrize("preset", PRESETS)

@@ -76,10 +76,14 @@ def test_r33_baseline_eps_must_be_positive_and_is_refused_up_front(eps) -> None:
 def test_r33_part_baselines_raises_a_configuration_error_instead_of_filing_it(tmp_path) -> None:
     """Called directly with a bad ε, the part raises (before it embeds anything: no backbone needed) instead of
     returning an ``errors`` entry that the audit would cache and the report would show as n/a."""
-    from src.report.audit import part_baselines
+    from types import SimpleNamespace
 
+    from src.methods import PartContext
+    from src.methods.audit_parts import baselines_run
+
+    audit = SimpleNamespace(baseline_eps=(0.0,), baseline_s=1.0, baselines=("val_loss", "sdl"), input_size=8)
     with pytest.raises(ValueError, match=r"baselines\.eps"):
-        part_baselines(None, SynBenchConfig(), 1.0, ("val_loss", "sdl"), (0.0,), 8, "cpu")
+        baselines_run(None, PartContext(SynBenchConfig(), audit))
 
 
 # --- R26: tp_images beyond the bundled digits names the key ----------------------------------------------------------

@@ -1,0 +1,320 @@
+"""The audit parts of the three methods (:class:`~src.methods.spec.AuditPart` functions): what ``python -m src.report``
+runs on one backbone, the cache settings, the table columns, the cached-value check and the figure of each.
+
+* ``synbench`` — SynBench (Ko et al., ICML 2024, arXiv:2210.02989, Algorithm 1) under the audit's SynBench options;
+* ``baselines`` — Val loss, MDL, SDL, ε-SC, LogME, SFDA, RankMe, α-ReQ on SynBench's synthetic proxy task (the same
+  samples: :func:`src.baselines.synthetic_task`) at separation ``baseline_s`` (the paper does not say which s its
+  Table 7 uses; the report states the one it uses);
+* ``divergence_radius`` — mean R_dr and R_cs per perturbation (Liu et al., arXiv:2604.14973) on the bundled photos;
+* ``task_prior`` — E, Var and z = E/√Var of the Task Prior (Patel & Balestriero, arXiv:2507.09871, Thm 2.3) on digits
+  with the prior backbone of the Task-Prior options, and the mean probe accuracy over sampled tasks.
+
+Every heavy import is local: the table (:mod:`src.methods.table`) reads these names lazily.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import math
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from .spec import PartContext
+
+__all__ = [
+    "check_baseline_eps",
+    "config_settings",
+    "is_number",
+    "need",
+    "tensor_fingerprint",
+]
+
+
+# ----------------------------------------------------------------------------------------------- shared helpers
+def config_settings(cfg: Any) -> Any:
+    """A dataclass / mapping / sequence as plain JSON values (the cache key's settings, report.json's config)."""
+    if dataclasses.is_dataclass(cfg):
+        return {f.name: config_settings(getattr(cfg, f.name)) for f in dataclasses.fields(cfg)}
+    if isinstance(cfg, Mapping):
+        return {str(k): config_settings(v) for k, v in cfg.items()}
+    if isinstance(cfg, (list, tuple)):
+        return [config_settings(v) for v in cfg]
+    return cfg
+
+
+def tensor_fingerprint(*tensors: Tensor) -> str:
+    """sha256 of tensors' dtypes, shapes and bytes (identifies a data set in the cache key)."""
+    h = hashlib.sha256()
+    for t in tensors:
+        t = t.detach().cpu().contiguous()
+        h.update(f"{t.dtype}|{tuple(t.shape)}|".encode())
+        h.update(t.reshape(-1).view(torch.uint8).numpy())
+    return h.hexdigest()
+
+
+def is_number(value: Any) -> bool:
+    """A JSON number, or null (a NaN is cached as null)."""
+    return value is None or (isinstance(value, (int, float)) and not isinstance(value, bool))
+
+
+def need(ok: bool, what: str) -> None:
+    """Raise ``ValueError("malformed cached value: <what>")`` unless ``ok``."""
+    if not ok:
+        raise ValueError(f"malformed cached value: {what}")
+
+
+def _size(bb: Any, input_size: int | None) -> int:
+    return bb.input_size[-1] if input_size is None else input_size
+
+
+def check_baseline_eps(eps: Any) -> tuple[float, ...]:
+    """``eps`` (ε of SDL and ε-SC) as a non-empty tuple of finite numbers > 0, else a ValueError naming the setting
+    (``baseline_eps``; ``baselines.eps`` in ``python -m src.report``) and the fix. Checked before any work: a bad ε
+    would otherwise fail inside every backbone's baselines part, after the features were computed."""
+    values = tuple(eps) if isinstance(eps, (list, tuple)) else (eps,)
+    good = bool(values) and all(
+        isinstance(e, (int, float)) and not isinstance(e, bool) and math.isfinite(e) and e > 0 for e in values
+    )
+    if not good:
+        raise ValueError(
+            f"baseline_eps (python -m src.report: baselines.eps) must be a non-empty list of finite numbers > 0 (the "
+            f"loss thresholds of SDL and eps-SC), got {list(values)}; e.g. baselines.eps=[1.0] (the paper's Table 7)"
+        )
+    return tuple(float(e) for e in values)
+
+
+# ----------------------------------------------------------------------------------------------- synbench
+def synbench_run(bb: Any, ctx: PartContext) -> dict[str, Any]:
+    """SynBench of one backbone: the re-loadable ``SynBenchResult.to_dict()``."""
+    from ..synbench import synbench
+
+    size = _size(bb, ctx.audit.input_size)
+    return synbench(bb.embed, input_shape=(3, size, size), config=ctx.options, device=ctx.device).to_dict()
+
+
+def synbench_settings(ctx: PartContext) -> dict[str, Any]:
+    return {"synbench": config_settings(ctx.options), "input_size": ctx.audit.input_size}
+
+
+def synbench_columns(value: Mapping[str, Any]) -> dict[str, Any]:
+    """``synbench`` (the score at the first ε and a_T) and ``synbench_best_eps``."""
+    from ..synbench import SynBenchResult
+
+    res = SynBenchResult.from_dict(dict(value))
+    return {"synbench": res.score(res.eps[0]), "synbench_best_eps": res.best_eps()}
+
+
+def synbench_check(value: Mapping[str, Any]) -> None:
+    from ..synbench import SynBenchResult
+
+    SynBenchResult.from_dict(dict(value))  # the renderer's reader
+
+
+def synbench_figure(values: Mapping[str, Mapping[str, Any]]) -> Any:
+    """E(a_t) at ε = eps[0] per backbone with the input-space reference (the paper's Fig. 3)."""
+    from ..synbench import SynBenchResult
+    from ..synbench.compare import comparison_figures
+
+    res = {lab: SynBenchResult.from_dict(dict(v)) for lab, v in values.items()}
+    return comparison_figures(res)["curves.png"]
+
+
+# ----------------------------------------------------------------------------------------------- baselines
+def baselines_run(bb: Any, ctx: PartContext) -> dict[str, Any]:
+    """Every baseline on SynBench's proxy task at separation ``baseline_s`` (same samples), with the time of each."""
+    from ..baselines import baseline_scores, synthetic_task
+
+    cfg = ctx.audit
+    eps = check_baseline_eps(cfg.baseline_eps)  # a configuration error, not a score undefined here: never an "n/a"
+    size = _size(bb, cfg.input_size)
+    t0 = time.perf_counter()
+    task = synthetic_task(bb.embed, (3, size, size), ctx.options, cfg.baseline_s, ctx.device)
+    features_s = time.perf_counter() - t0
+    which: Sequence[str] = cfg.baselines
+    curve = tuple(n for n in which if n in ("val_loss", "mdl", "sdl", "esc"))
+    groups = [(n,) for n in which if n not in curve] + ([curve] if curve else [])
+    values: dict[str, Any] = {}
+    seconds: dict[str, float] = {"features": features_s}
+    lower: list[str] = []
+    errors: dict[str, str] = {}
+    for group in groups:  # one score that is undefined here (e.g. too few dimensions) leaves the others standing
+        try:
+            scores = baseline_scores(*task, which=group, eps=tuple(eps), seed=ctx.options.seed)
+        except ValueError as err:
+            for name in group:
+                errors[name] = str(err)
+            continue
+        values.update(scores)
+        seconds.update(scores.seconds)
+        lower += sorted(scores.lower_bounds)
+    return {"values": values, "seconds": seconds, "lower_bounds": lower, "errors": errors}
+
+
+def baselines_settings(ctx: PartContext) -> dict[str, Any]:
+    cfg = ctx.audit
+    extra = {"s": cfg.baseline_s, "which": list(cfg.baselines), "eps": list(cfg.baseline_eps)}
+    return {**synbench_settings(ctx), **extra}
+
+
+def baselines_columns(value: Mapping[str, Any]) -> dict[str, Any]:
+    return dict(value["values"])
+
+
+def baselines_check(value: Mapping[str, Any]) -> None:
+    need(isinstance(value.get("values"), Mapping), "baselines without a 'values' mapping")
+    need(all(is_number(v) for v in value["values"].values()), "a baseline score that is not a number")
+    need(isinstance(value.get("lower_bounds"), list), "baselines without a 'lower_bounds' list")
+
+
+def cost_note(results: Any) -> str:
+    """One sentence comparing the cost of SynBench with the baselines' on the same proxy task, per synthetic sample
+    (SynBench draws len(s_values)·(n_train + n_test) samples, the baselines n_train + n_test at one s) — the quantity
+    behind the paper's "50× cheaper" (Appendix A.9); empty when either part is missing."""
+    cfg = results.config.synbench
+    ratios = []
+    for label in results.labels:
+        sec = results.seconds[label]
+        if "synbench" in sec and "baselines" in sec and sec["synbench"] > 0:
+            per_sb = sec["synbench"] / (len(cfg.s_values) * (cfg.n_train + cfg.n_test))
+            per_bl = sec["baselines"] / (cfg.n_train + cfg.n_test)
+            ratios.append(per_bl / per_sb)
+    if not ratios:
+        return ""
+    ratios.sort()
+    return (
+        f"Per synthetic sample, the baselines cost {ratios[0]:.1f}–{ratios[-1]:.1f}× what SynBench costs "
+        f"(median {ratios[len(ratios) // 2]:.1f}×; both include the backbone forwards)."
+    )
+
+
+# ----------------------------------------------------------------------------------------------- divergence radius
+def divergence_radius_prepare(cfg: Any, device: Any, given: Tensor | None) -> dict[str, Any]:
+    """The images swept (``given``, else ``dr_images`` bundled photos at ``dr_image_size``) and their fingerprint."""
+    images = given
+    if images is None:
+        from ..utils.photos import bundled_photos
+
+        images = bundled_photos(cfg.dr_images, cfg.dr_image_size, seed=cfg.divergence_radius.seed)
+    return {"images": images, "images_fp": tensor_fingerprint(images)}
+
+
+def divergence_radius_run(bb: Any, ctx: PartContext) -> dict[str, Any]:
+    """Mean R_dr and R_cs per perturbation over the images (and their means over perturbations)."""
+    from ..divergence_radius import robustness_sweep
+
+    out = robustness_sweep(ctx.data["images"], bb.embed, ctx.options, device=ctx.device)
+    r_dr, r_cs = out.r_dr.mean(0), out.r_cs.mean(0)
+    return {
+        "r_dr": dict(zip(out.names, r_dr.tolist())),
+        "r_cs": dict(zip(out.names, r_cs.tolist())),
+        "r_dr_mean": float(r_dr.mean()),
+        "r_cs_mean": float(r_cs.mean()),
+    }
+
+
+def divergence_radius_settings(ctx: PartContext) -> dict[str, Any]:
+    return {"config": ctx.options.to_dict(), "images": ctx.data["images_fp"]}
+
+
+def divergence_radius_columns(value: Mapping[str, Any]) -> dict[str, Any]:
+    return {"r_dr_mean": value["r_dr_mean"], "r_cs_mean": value["r_cs_mean"]}
+
+
+def divergence_radius_check(value: Mapping[str, Any]) -> None:
+    need(all(isinstance(value.get(k), Mapping) for k in ("r_dr", "r_cs")), "no 'r_dr' / 'r_cs' mapping")
+    need(all(is_number(value.get(k, "")) for k in ("r_dr_mean", "r_cs_mean")), "no 'r_dr_mean' / 'r_cs_mean'")
+
+
+def divergence_radius_figure(values: Mapping[str, Mapping[str, Any]]) -> Any:
+    """Mean R_dr per perturbation, one bar per backbone, on R_dr's fixed [0, 1] axis."""
+    import numpy as np
+    from matplotlib.figure import Figure
+
+    from ..divergence_radius.figures import robustness_axis
+
+    labels = list(values)
+    names = list(values[labels[0]]["r_dr"])
+    fig = Figure(figsize=(9, 3.2))
+    ax = fig.add_subplot()
+    w = 0.8 / len(labels)
+    x = np.arange(len(names))
+    for i, lab in enumerate(labels):
+        r = values[lab]["r_dr"]
+        ax.bar(x + i * w - 0.4 + w / 2, [r[n] for n in names], w, label=lab)
+    ax.set_xticks(x, [n.replace("_", "\n") for n in names], fontsize=7)
+    robustness_axis(ax, "mean R_dr\n(lower = more robust)")  # R_dr's fixed [0, 1] range, as every R_dr figure
+    ax.legend(fontsize=6, loc="upper right")
+    ax.set_title("DivergenceRadius per perturbation")
+    fig.tight_layout()  # the y label inside the canvas
+    return fig
+
+
+# ----------------------------------------------------------------------------------------------- task prior
+def task_prior_prepare(cfg: Any, device: Any, given: Tensor | None) -> dict[str, Any]:
+    """The study's images (``given``, else the first ``tp_images`` digits at ``tp_image_size``) and the prior's
+    features on them (the prior built once, its random weights seeded by the Task-Prior seed)."""
+    from ..backbones.spec import build_backbone
+    from ..features import FeatureExtractor
+
+    images = given
+    if images is None:
+        from ..task_prior.report import digits_images
+
+        images = digits_images(cfg.tp_images, cfg.tp_image_size)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(cfg.task_prior.seed)
+        prior = build_backbone(cfg.task_prior.prior_backbone).eval().to(device)
+    prior_fp = backbone_fingerprint(prior)
+    features = FeatureExtractor(prior.embed, device=device)(images).float().cpu()
+    return {"images": images, "images_fp": tensor_fingerprint(images), "prior_features": features, "prior": prior_fp}
+
+
+def task_prior_run(bb: Any, ctx: PartContext) -> dict[str, Any]:
+    """The Task-Prior row of one backbone against the prior's features (same sampled tasks for every backbone)."""
+    from ..features import FeatureExtractor
+    from ..task_prior import compare_features
+
+    z = FeatureExtractor(bb.embed, device=ctx.device)(ctx.data["images"]).float().cpu()
+    (row,) = compare_features({ctx.label: z}, ctx.data["prior_features"], ctx.options)
+    return {k: v for k, v in row.items() if k != "backbone"}
+
+
+def task_prior_settings(ctx: PartContext) -> dict[str, Any]:
+    return {"config": config_settings(ctx.options), "images": ctx.data["images_fp"], "prior": ctx.data["prior"]}
+
+
+def task_prior_columns(value: Mapping[str, Any]) -> dict[str, Any]:
+    return {"tp_mean": value["mean"], "tp_var": value["var"], "tp_z": value["z"], "tp_acc_mean": value["acc_mean"]}
+
+
+def task_prior_check(value: Mapping[str, Any]) -> None:
+    need(all(is_number(value.get(k, "")) for k in ("mean", "var", "z", "acc_mean")), "no mean / var / z / acc_mean")
+
+
+def task_prior_figure(values: Mapping[str, Mapping[str, Any]]) -> Any:
+    """The z-score of every backbone (a missing or infinite z drawn at 0)."""
+    from matplotlib.figure import Figure
+
+    labels = list(values)
+    fig = Figure(figsize=(6, 3))
+    ax = fig.add_subplot()
+    z = [values[lab]["z"] for lab in labels]
+    ax.bar(range(len(labels)), [v if v is not None and math.isfinite(v) else 0.0 for v in z])
+    ax.set_xticks(range(len(labels)), labels, fontsize=6, rotation=20, ha="right")
+    ax.set_ylabel("Task-Prior z = E / √Var")
+    ax.set_title("Task-Prior z-scores")
+    return fig
+
+
+def backbone_fingerprint(backbone: Any) -> str:
+    """The weights' fingerprint (parameters and buffers) plus the backbone's name and input convention."""
+    from ..backbones.weights import state_fingerprint
+
+    state = {**dict(backbone.named_parameters()), **dict(backbone.named_buffers())}
+    meta = f"{backbone.name}|{tuple(backbone.input_size)}|{tuple(backbone.mean)}|{tuple(backbone.std)}"
+    return hashlib.sha256((state_fingerprint(state) + meta).encode()).hexdigest()
