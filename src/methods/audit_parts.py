@@ -127,7 +127,7 @@ def synbench_figure(values: Mapping[str, Mapping[str, Any]]) -> Any:
 # ----------------------------------------------------------------------------------------------- baselines
 def baselines_run(bb: Any, ctx: PartContext) -> dict[str, Any]:
     """Every baseline on SynBench's proxy task at separation ``baseline_s`` (same samples), with the time of each."""
-    from ..baselines import baseline_scores, synthetic_task
+    from ..baselines import BASELINES, baseline_scores, synthetic_task
 
     cfg = ctx.audit
     eps = check_baseline_eps(cfg.baseline_eps)  # a configuration error, not a score undefined here: never an "n/a"
@@ -136,7 +136,7 @@ def baselines_run(bb: Any, ctx: PartContext) -> dict[str, Any]:
     task = synthetic_task(bb.embed, (3, size, size), ctx.options, cfg.baseline_s, ctx.device)
     features_s = time.perf_counter() - t0
     which: Sequence[str] = cfg.baselines
-    curve = tuple(n for n in which if n in ("val_loss", "mdl", "sdl", "esc"))
+    curve = tuple(n for n in which if BASELINES[n].needs == "curve")  # one loss-data curve for all of them
     groups = [(n,) for n in which if n not in curve] + ([curve] if curve else [])
     values: dict[str, Any] = {}
     seconds: dict[str, float] = {"features": features_s}
@@ -197,7 +197,7 @@ def divergence_radius_prepare(cfg: Any, device: Any, given: Tensor | None) -> di
     """The images swept (``given``, else ``dr_images`` bundled photos at ``dr_image_size``) and their fingerprint."""
     images = given
     if images is None:
-        from ..utils.photos import bundled_photos
+        from ..images.photos import bundled_photos
 
         images = bundled_photos(cfg.dr_images, cfg.dr_image_size, seed=cfg.divergence_radius.seed)
     return {"images": images, "images_fp": tensor_fingerprint(images)}

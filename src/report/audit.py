@@ -38,7 +38,7 @@ from ..methods.audit_parts import (
 )
 from ..synbench.config import SynBenchConfig, synbench_budget
 from ..task_prior.config import TaskPriorConfig
-from ..utils.probe_images import BUNDLED_DIGITS
+from ..images.probe_images import BUNDLED_DIGITS
 from .cache import ResultCache
 
 __all__ = [
@@ -78,7 +78,7 @@ class AuditConfig:
 
     parts: which of :data:`PARTS` to run. input_size: side of SynBench's synthetic images (None = each backbone's
     native size). synbench: the SynBench protocol. baseline_s: the separation s of the baselines' proxy task;
-    baselines: which baselines (:data:`src.baselines.ALL_BASELINES`); baseline_eps: ε of SDL / ε-SC (the paper: 1).
+    baselines: which baselines (rows of :data:`src.baselines.BASELINES`; None = all); baseline_eps: ε of SDL / ε-SC (the paper: 1).
     divergence_radius: the sweep; dr_images / dr_image_size: bundled photos swept. task_prior: the probe study;
     tp_images / tp_image_size: the digits it runs on. downstream: probe options (epsilons, steps, norm, C).
     methods: {name: options} of methods registered in :data:`~src.methods.METHODS` beyond the three with a field
@@ -124,12 +124,13 @@ class AuditConfig:
                 object.__setattr__(self, spec.name, spec.options.coerce(getattr(self, spec.name)))
         methods = {m: METHODS[m].options.coerce((self.methods or {}).get(m)) for m in METHODS if m not in names}
         object.__setattr__(self, "methods", methods)
-        from ..baselines import ALL_BASELINES
+        from ..baselines import baseline_names
 
-        which = ALL_BASELINES if self.baselines is None else tuple(self.baselines)
-        bad = sorted(set(which) - set(ALL_BASELINES))
+        every = tuple(baseline_names())  # the rows of src.baselines.BASELINES, read now
+        which = every if self.baselines is None else tuple(self.baselines)
+        bad = sorted(set(which) - set(every))
         if bad or not which:
-            raise ValueError(f"baselines {bad or which} unknown; choose from {list(ALL_BASELINES)}")
+            raise ValueError(f"baselines {bad or which} unknown; choose from {list(every)}")
         object.__setattr__(self, "baselines", which)
         if not (isinstance(self.baseline_s, (int, float)) and math.isfinite(self.baseline_s) and self.baseline_s >= 0):
             raise ValueError(f"baseline_s must be a finite number >= 0, got {self.baseline_s!r}")
