@@ -46,18 +46,16 @@ if str(ROOT) not in sys.path:  # `python benchmarks/task_prior.py` from anywhere
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from src.task_prior import (  # noqa: E402
-    CenteredCosine,
-    centered_cosine_kernel,
+from src.task_prior import centered_cosine_kernel, sample_task_labels, task_prior_moments  # noqa: E402
+from src.task_prior.kernels import CenteredCosine  # noqa: E402
+from src.task_prior.moments import (  # noqa: E402
+    float32_error_bounds,
     kernel_scale,
     kernel_source,
-    prior_factor,
-    sample_task_labels,
     sharded_moment_sums,
-    task_prior_moments,
     tile_moment_sums,
 )
-from src.task_prior.moments import float32_error_bounds  # noqa: E402
+from src.task_prior.sampler import prior_factor  # noqa: E402
 from src.utils.distributed import Shard  # noqa: E402
 
 TEMPERATURE = 0.01

@@ -7,47 +7,25 @@ LightningModule, CLI and Hydra callback are shells over these functions."""
 
 from .config import TaskPriorConfig
 from .conventions import CONVENTIONS, DEFAULT_CONVENTION, TaskPriorConvention, resolve_convention
-from .kernels import CenteredCosine, centered_cosine_kernel, centered_normalized_features, kernel_frobenius_norm
+from .kernels import centered_cosine_kernel
 from .matrix import prior_matrix, prior_matrix_figure
-from .moments import (
-    DEFAULT_BLOCK_SIZE,
-    DEFAULT_EVAL_SCALE,
-    DEFAULT_PRIOR_SCALE,
-    kernel_scale,
-    kernel_source,
-    moment_sums,
-    sharded_moment_sums,
-    task_prior_moments,
-    tile_moment_sums,
-)
+from .moments import task_prior_moments
 from .report import compare_backbones, compare_features
-from .sampler import DEFAULT_SAMPLER_SCALE, prior_factor, sample_task_labels, sequential_log_prob
+from .sampler import sample_task_labels
 
+#: the user's names; the building blocks (tiled and sharded moment sums, kernel scales, the sampler's factors, the
+#: defaults) are imported from their modules (``src.task_prior.moments``, ``.kernels``, ``.sampler``)
 __all__ = [
     "TaskPriorConfig",
     "compare_backbones",
     "compare_features",
+    "task_prior_moments",
+    "sample_task_labels",
+    "centered_cosine_kernel",
     "prior_matrix",
     "prior_matrix_figure",
     "CONVENTIONS",
     "DEFAULT_CONVENTION",
     "TaskPriorConvention",
     "resolve_convention",
-    "DEFAULT_BLOCK_SIZE",
-    "DEFAULT_EVAL_SCALE",
-    "DEFAULT_PRIOR_SCALE",
-    "DEFAULT_SAMPLER_SCALE",
-    "CenteredCosine",
-    "centered_cosine_kernel",
-    "centered_normalized_features",
-    "kernel_frobenius_norm",
-    "kernel_scale",
-    "kernel_source",
-    "moment_sums",
-    "prior_factor",
-    "sample_task_labels",
-    "sequential_log_prob",
-    "sharded_moment_sums",
-    "task_prior_moments",
-    "tile_moment_sums",
 ]

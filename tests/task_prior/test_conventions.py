@@ -11,16 +11,9 @@ import pytest
 import torch
 
 from src.models import TaskPriorProbe
-from src.task_prior import (
-    CONVENTIONS,
-    TaskPriorConvention,
-    prior_factor,
-    resolve_convention,
-    sample_task_labels,
-    sequential_log_prob,
-    task_prior_moments,
-)
+from src.task_prior import CONVENTIONS, TaskPriorConvention, resolve_convention, sample_task_labels, task_prior_moments
 from src.task_prior.probing import BatchedLinearHead, evaluate_task_probes, task_positive_recalls, task_scores
+from src.task_prior.sampler import prior_factor, sequential_log_prob
 
 U = np.finfo(np.float64).eps / 2  # unit roundoff of float64
 N, D_EVAL, D_PRIOR, Q = 30, 8, 5, 3

@@ -6,7 +6,8 @@ import numpy
 import pytest
 import torch
 
-from src.task_prior import prior_factor, sample_task_labels, task_prior_moments
+from src.task_prior import sample_task_labels, task_prior_moments
+from src.task_prior.sampler import prior_factor
 
 F64 = torch.float64
 

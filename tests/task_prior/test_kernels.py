@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from src.task_prior import centered_cosine_kernel, centered_normalized_features, kernel_frobenius_norm
+from src.task_prior import centered_cosine_kernel
+from src.task_prior.kernels import centered_normalized_features, kernel_frobenius_norm
 
 EPS = torch.finfo(torch.float64).eps
 

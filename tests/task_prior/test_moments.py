@@ -9,13 +9,9 @@ import pytest
 import torch
 from scipy.special import expit
 
-from src.task_prior import (
-    centered_cosine_kernel,
-    kernel_frobenius_norm,
-    moment_sums,
-    sharded_moment_sums,
-    task_prior_moments,
-)
+from src.task_prior import centered_cosine_kernel, task_prior_moments
+from src.task_prior.kernels import kernel_frobenius_norm
+from src.task_prior.moments import moment_sums, sharded_moment_sums
 from src.utils.distributed import Shard
 
 U64 = np.finfo(np.float64).eps  # unit roundoff (×2) of float64

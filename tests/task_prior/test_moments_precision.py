@@ -8,7 +8,8 @@ import pytest
 import torch
 from scipy.special import expit
 
-from src.task_prior import CenteredCosine, centered_cosine_kernel, task_prior_moments
+from src.task_prior import centered_cosine_kernel, task_prior_moments
+from src.task_prior.kernels import CenteredCosine
 from src.task_prior.moments import (
     F32_CHUNK,
     U32,

@@ -10,7 +10,8 @@ import pytest
 import torch
 from scipy.stats import chi2
 
-from src.task_prior import centered_cosine_kernel, prior_factor, sample_task_labels, sequential_log_prob
+from src.task_prior import centered_cosine_kernel, sample_task_labels
+from src.task_prior.sampler import prior_factor, sequential_log_prob
 
 
 def _features(n: int, d: int, seed: int) -> torch.Tensor:
