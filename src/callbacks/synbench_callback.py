@@ -23,13 +23,13 @@ import torch
 from torch import Tensor
 
 from ..metrics.synbench_score import synbench_distributed
+from ..rng.philox import sampler_ready, warm_up_sampler
 from ..synbench import SYNBENCH_BUDGETS, SynBenchConfig, synbench_budget
 from ..synbench.plan import check_input_shape, check_normalization_shape
 from ..synbench.runner import sampling_device
 from ..synbench.sampling import channel_layout
 from ..utils.modes import eval_mode
 from ..utils.normalization import Normalize
-from ..utils.philox import sampler_ready, warm_up_sampler
 from ._monitor import BackboneMonitor, PixelEncoder, rank_and_world, weights_fingerprint
 
 __all__ = ["SynBenchCallback", "callback_budget", "weights_fingerprint"]  # fingerprint: re-exported
@@ -88,10 +88,10 @@ class SynBenchCallback(BackboneMonitor):
         normalize: Normalize = None,
     ) -> None:
         super().__init__(every_n_epochs, feature_fn, skip_unchanged, prefix, at_train_start, progress, normalize)
-        if isinstance(config, SynBenchConfig):
-            self.config = config
-        else:
-            self.config = SynBenchConfig(**{**callback_budget(), **dict(config or {})})
+        # the one door (Options.coerce): a SynBenchConfig as given, a mapping's fields over the callback budget
+        self.config = SynBenchConfig.coerce(
+            config if isinstance(config, SynBenchConfig) else {**callback_budget(), **dict(config or {})}
+        )
         if isinstance(input_size, int) and not isinstance(input_size, bool):
             if input_size < 1:
                 raise ValueError(
