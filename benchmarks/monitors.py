@@ -332,7 +332,7 @@ def main(argv: list[str] | None = None) -> None:
         keep_freed_memory()
     if args.threads:
         torch.set_num_threads(args.threads)
-    from src.utils.philox import sampler_ready, warm_up_sampler
+    from src.rng.philox import sampler_ready, warm_up_sampler
 
     model = Trainee()
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, allocator "

@@ -1,10 +1,10 @@
-"""SynBench sampling benchmark: Philox-4x32-10 draws (src/utils/philox.py) against today's torch.Generator randn.
+"""SynBench sampling benchmark: Philox-4x32-10 draws (src/rng/philox.py) against today's torch.Generator randn.
 
     python -m benchmarks.sampling                   # draw rates (Mvalues/s) at 1 and 2 threads, old vs new
     python -m benchmarks.sampling --scores 3        # + old vs new SynBench scores over 3 seeds (EfficientNet-Lite0)
 
 (a) Draw rates, in one process, interleaved, min of ``--repeats``: ``torch.randn`` from one CPU ``torch.Generator``
-per chunk (the sampler before Philox: ``old``) and :func:`src.utils.philox.normal` (``new``), Mvalues/s at 1 and 2
+per chunk (the sampler before Philox: ``old``) and :func:`src.rng.philox.normal` (``new``), Mvalues/s at 1 and 2
 torch threads, plus the full chunk (:func:`src.synbench.sampling.sample_chunk`, labels + mean + ImageNet affine)
 both ways. Prints the thread scaling new(2)/new(1) (target >= 1.7) and new/old at each thread count.
 (b) ``--scores k``: SynBench scores (a_T = 0.7, every ε) of ``embedded:efficientnet_lite0`` at ``--image-size`` px
@@ -37,8 +37,8 @@ if str(ROOT) not in sys.path:
 
 import torch  # noqa: E402
 
+from src.rng import philox  # noqa: E402
 from src.synbench import sampling as S  # noqa: E402
-from src.utils import philox  # noqa: E402
 
 
 def old_sample_chunk(chunk: int, **kw: Any) -> tuple[torch.Tensor, torch.Tensor]:

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from .callbacks.checkpointing import metric_direction
-from .utils import pareto as _pareto
+from .stats import pareto as _pareto
 from .utils.report_writer import Report
 
 __all__ = ["choose", "load_trials", "main", "pareto_front", "run", "sweep_report"]
@@ -87,7 +87,7 @@ def load_trials(multirun_dir: str | Path) -> list[dict[str, Any]]:
 def pareto_front(
     points: Sequence[tuple[float, float]], modes: tuple[str, str], limits: Sequence[float | None] | None = None
 ) -> list[int]:
-    """Indices of the acceptable points no other acceptable point dominates (:func:`src.utils.pareto.pareto_front`)."""
+    """Indices of the acceptable points no other acceptable point dominates (:func:`src.stats.pareto.pareto_front`)."""
     return _pareto.pareto_front(points, modes, limits)
 
 

@@ -1,7 +1,8 @@
 """The package's import graph: layers import downward only, and no two subpackages import each other (no cycle).
 
 Layers, lowest first (a subpackage may import its own layer's lower neighbours named in ALLOWED, never above):
-utils -> backbones, features, perturbations, attacks -> synbench, divergence_radius, task_prior (the three cores, no
+utils -> images (the bundled photos and digits, probe images), stats (rank agreement, Pareto fronts), rng (Philox)
+-> backbones, features, perturbations, attacks -> synbench, divergence_radius, task_prior (the three cores, no
 Lightning data modules), baselines -> methods (the method table) -> data -> metrics -> callbacks -> models -> train / eval / hydra_callbacks / report (entry points).
 The package root (``src/__init__.py``: the installed name and the repository alias) imports nothing of ours and may be
 imported by anyone.
@@ -18,21 +19,27 @@ ROOT = "<root>"
 
 ALLOWED: dict[str, set[str]] = {
     "utils": set(),
+    # foundation engines beside utils: the bundled images, shared statistics, the Philox generator
+    "images": {"utils"},
+    "stats": {"utils"},
+    "rng": {"utils"},
     "backbones": {"utils"},
     "features": {"utils"},
-    "perturbations": {"utils"},
+    "perturbations": {"utils", "rng"},
     "attacks": {"utils"},
-    "synbench": {"utils", "backbones", "features"},
-    "divergence_radius": {"utils", "backbones", "features", "perturbations"},
-    "task_prior": {"utils", "backbones", "features"},
+    "synbench": {"utils", "images", "rng", "backbones", "features"},
+    "divergence_radius": {"utils", "images", "stats", "backbones", "features", "perturbations"},
+    "task_prior": {"utils", "images", "stats", "backbones", "features"},
     # task-agnostic baseline scores (LogME, SFDA, RankMe, alpha-ReQ, loss-data curves) on SynBench's proxy task
     "baselines": {"utils", "features", "synbench"},
-    "data": {"utils", "synbench"},
+    "data": {"utils", "images", "synbench"},
     # the method contract and its table (METHODS: options, scores with directions, audit parts; the rest lazily)
-    "methods": {"utils", "backbones", "features", "synbench", "divergence_radius", "task_prior", "baselines"},
+    "methods": {"utils", "images", "backbones", "features", "synbench", "divergence_radius", "task_prior", "baselines"},
     "metrics": {"utils", "features", "synbench", "divergence_radius", "task_prior", "baselines", "methods"},
     "callbacks": {
         "utils",
+        "images",
+        "rng",
         "backbones",
         "features",
         "perturbations",
@@ -60,12 +67,14 @@ ALLOWED: dict[str, set[str]] = {
     "eval": {"utils", "attacks", "models", "data"},
     "hydra_callbacks": {"utils", "task_prior"},
     # the table / Pareto front / choice of a Hydra sweep (python -m src.sweep_report): an entry point
-    "sweep_report": {"utils", "callbacks"},
+    "sweep_report": {"utils", "stats", "callbacks"},
     # the monitoring study (python -m src.monitor_study): pretraining runs with every monitor, an entry point
-    "monitor_study": {"utils", "synbench", "callbacks", "models", "data"},
+    "monitor_study": {"utils", "stats", "synbench", "callbacks", "models", "data"},
     # the audit report over every method (python -m src.report): an entry point
     "report": {
         "utils",
+        "images",
+        "stats",
         "backbones",
         "features",
         "attacks",

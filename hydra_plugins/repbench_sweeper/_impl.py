@@ -170,7 +170,7 @@ def _storage_reader(storage: Any) -> optuna.storages.BaseStorage | None:
 
 
 def _modes(directions: Sequence[Any]) -> tuple[str, ...]:
-    """Optuna's StudyDirection (or "maximize"/"minimize") per objective as the "max"/"min" of repbench.utils.pareto."""
+    """Optuna's StudyDirection (or "maximize"/"minimize") per objective as the "max"/"min" of repbench.stats.pareto."""
     names = [getattr(d, "name", str(d)).lower() for d in directions]
     return tuple("max" if n.startswith("max") else "min" for n in names)
 
@@ -184,7 +184,7 @@ class _LimitConstraints:
         self.modes, self.limits = modes, limits
 
     def __call__(self, trial: optuna.trial.FrozenTrial) -> tuple[float, ...]:
-        from repbench.utils.pareto import limit_violations
+        from repbench.stats.pareto import limit_violations
 
         if VIOLATION_ATTR in trial.user_attrs:
             return tuple(float(v) for v in trial.user_attrs[VIOLATION_ATTR])
@@ -204,7 +204,7 @@ class RepBenchOptunaSweeperImpl(OptunaSweeperImpl):
 
     def _check_limits(self, directions: Sequence[Any]) -> tuple[float | None, ...]:
         """One limit per direction (a ValueError naming the fix otherwise); hooks them into an NSGA-II sampler."""
-        from repbench.utils.pareto import check_limits
+        from repbench.stats.pareto import check_limits
 
         limits = self._checked = check_limits(self.limits, len(directions))
         if any(v is not None for v in limits) and isinstance(self.sampler, optuna.samplers.NSGAIISampler):
@@ -260,7 +260,7 @@ class RepBenchOptunaSweeperImpl(OptunaSweeperImpl):
                 return None
             values = objective_values(value, n_objectives)
             if self.limits is not None:
-                from repbench.utils.pareto import limit_violations
+                from repbench.stats.pareto import limit_violations
 
                 modes = _modes(study.directions)
                 trial.set_user_attr(VIOLATION_ATTR, list(limit_violations(values, modes, self._checked)))
@@ -316,7 +316,7 @@ class RepBenchOptunaSweeperImpl(OptunaSweeperImpl):
         """optimization_results.yaml: the best trial (one objective) or the Pareto front, over the COMPLETE trials of
         the whole study within ``limits``; a ValueError when there is none (every trial pruned, failed or beyond a
         limit)."""
-        from repbench.utils.pareto import feasible, pareto_front
+        from repbench.stats.pareto import feasible, pareto_front
 
         counts = {s.name.lower(): len(study.get_trials(deepcopy=False, states=(s,))) for s in FINISHED}
         modes = _modes(study.directions)

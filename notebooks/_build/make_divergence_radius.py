@@ -23,7 +23,7 @@ cells = [
         "torch.set_num_threads(2)\n"
         "from src.divergence_radius import (minimum_enclosing_ball, divergence_radius, cosine_robustness, "
         "euclidean_robustness, robustness_sweep)\n"
-        "from src.utils.photos import bundled_photos\n"
+        "from src.images.photos import bundled_photos\n"
         "T0 = time.time()"
     ),
     md(

@@ -44,11 +44,11 @@ from torch import Tensor, nn
 
 from ..backbones.weights import state_fingerprint
 from ..features.owner import owner_module
+from ..images.digits import check_image_size
+from ..images.probe_images import check_image_source, check_num_images, probe_images
 from ..utils.checks import check_int
-from ..utils.digits import check_image_size
 from ..utils.modes import eval_mode
 from ..utils.normalization import ChannelNormalization, Normalize, monitor_normalization
-from ..utils.probe_images import check_image_source, check_num_images, probe_images
 
 __all__ = [
     "BackboneMonitor",
@@ -143,7 +143,7 @@ def first_val_images(trainer: L.Trainer | None, n: int, owner: str = "first_val_
     validation data (yet) or it is empty. From the data module's ``val_dataset`` / ``val_dataloader()``, else from
     the validation loaders given to ``fit`` (:func:`_val_source`). Dataset items may be ``(x, ...)`` tuples,
     ``{"image": x, ...}`` dicts or bare tensors; the set is the dataset's first items, so it is the same on every
-    rank and every epoch. The values are the dataset's own (see :func:`src.utils.probe_images.pixel_images` for
+    rank and every epoch. The values are the dataset's own (see :func:`src.images.probe_images.pixel_images` for
     the [0, 1] check). Images of different sizes are a ValueError naming ``owner`` (the callback) and the fix."""
     source = _val_source(trainer)
     if source is None:
@@ -293,7 +293,7 @@ class BackboneMonitor(L.Callback):
     ``repbench`` logger), a line at most every :attr:`progress_interval_s` seconds.
 
     Image monitors call :meth:`_init_images` in their constructor: they then hold a fixed probe set (``images=``,
-    the vocabulary of :func:`src.utils.probe_images.probe_images`), built once (:meth:`probe_images`) and checked
+    the vocabulary of :func:`src.images.probe_images.probe_images`), built once (:meth:`probe_images`) and checked
     before training.
     """
 
@@ -388,7 +388,7 @@ class BackboneMonitor(L.Callback):
         min_images: int = 1,
     ) -> None:
         """The probe set's arguments, checked now (a tensor is built and checked now too): ``images`` (the
-        vocabulary of :func:`~src.utils.probe_images.probe_images`), at most ``num_images`` images (at least
+        vocabulary of :func:`~src.images.probe_images.probe_images`), at most ``num_images`` images (at least
         ``min_images``), photos and digits at ``image_size`` (validation images too when ``resize``), photo crops
         seeded by ``seed``."""
         name = type(self).__name__
@@ -412,7 +412,7 @@ class BackboneMonitor(L.Callback):
         return isinstance(self.images_source, str) and self.images_source in ("auto", "val")
 
     def _build(self, val_images: Tensor | None) -> Tensor:
-        """The probe set of ``images=`` in [0, 1] pixels (:func:`~src.utils.probe_images.probe_images`: validation
+        """The probe set of ``images=`` in [0, 1] pixels (:func:`~src.images.probe_images.probe_images`: validation
         images mapped back with ``normalize``, checked, resized when ``resize``), refused below ``min_images``."""
         name = type(self).__name__
         if val_images is not None and self.normalize is not None and val_images.numel():

@@ -82,7 +82,7 @@ class CollapseAlarm(BackboneMonitor):
     keys: logged names of the inputs, ``{"synbench": ..., "rankme": ..., "radius": ..., "task_prior": ...}``
         (defaults: the monitors' default names).
     images, num_images, image_size: the probe set of the cosine (the monitors' vocabulary, see
-        :func:`src.utils.probe_images.probe_images`; built and checked before training).
+        :func:`src.images.probe_images.probe_images`; built and checked before training).
     normalize: None (the backbone takes [0, 1] pixels) or ``(mean, std)`` / ``{"mean": ..., "std": ...}`` /
         torchvision's ``Normalize``: the backbone takes ``(pixels - mean) / std`` and the validation images carry it
         (the monitors' input contract).

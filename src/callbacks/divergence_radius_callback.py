@@ -6,7 +6,7 @@ radius of the minimum enclosing ball of the unit embeddings (R_dr) and (1 − mi
 
 Usable in any Lightning training whose LightningModule exposes ``backbone`` (with ``embed``, or any module mapping
 (N, 3, H, W) images in [0, 1] to (N, D)), or given ``feature_fn=lambda module, x: ...``. The probe set
-(``images=``, the vocabulary of :mod:`src.utils.probe_images`, shared with the Task-Prior callback) is the first
+(``images=``, the vocabulary of :mod:`src.images.probe_images`, shared with the Task-Prior callback) is the first
 ``num_images`` images of the data module's validation set (``"val"``), the bundled offline sample photos
 (``"photos"``), the bundled digits (``"digits"``), the validation images when there are some and else the photos
 (``"auto"``, the default), or an image tensor; validation images are resized to ``image_size`` once. Validation
@@ -111,7 +111,7 @@ class DivergenceRadiusCallback(BackboneMonitor):
     feature_fn: ``(pl_module, x) -> (N, D)``; default ``pl_module.backbone.embed`` (or ``backbone(x)``).
     skip_unchanged: do not recompute while the backbone's weights are unchanged (a frozen probe needs it once).
     log_figure: add the bar figure to TensorBoard.
-    images: the probe set (:func:`src.utils.probe_images.probe_images`): ``"auto"`` (default: the first
+    images: the probe set (:func:`src.images.probe_images.probe_images`): ``"auto"`` (default: the first
         ``num_images`` validation images when the data module has some, else the bundled photos) | ``"val"`` (an
         error without validation images) | ``"photos"`` | ``"digits"`` | an (N, C, H, W) tensor in [0, 1] with
         1 <= N <= ``num_images`` (used as given, at its own size).
@@ -121,7 +121,7 @@ class DivergenceRadiusCallback(BackboneMonitor):
         ``{"mean": ..., "std": ...}`` / torchvision's ``Normalize``: the backbone takes ``(pixels - mean) / std``
         and the validation images carry it (``(0, 1 / 255)`` for 0..255 images). Validation images are mapped back
         (``x * std + mean``) and checked; photos, digits and a tensor are pixel space. Every image is normalised
-        before each forward. Out-of-range images are refused (see :func:`src.utils.probe_images.pixel_images`); the
+        before each forward. Out-of-range images are refused (see :func:`src.images.probe_images.pixel_images`); the
         allowed resize overshoot (at most 57/128) is clipped to [0, 1] with a warning.
     denormalize: deprecated alias of ``normalize`` (a DeprecationWarning; a callable is refused).
     prefix: log-name prefix (``val``): ``{prefix}/divergence_radius/...``; two callbacks in one Trainer need

@@ -28,11 +28,11 @@ from torch import Tensor
 
 from ..divergence_radius.downstream import fit_linear_probe, knn_predict
 from ..features import FORWARD_BATCH, FeatureExtractor
+from ..images.probe_images import pixel_images
 from ..utils.checks import check_int
 from ..utils.distributed import Shard, all_reduce_sum
 from ..utils.modes import eval_mode
 from ..utils.normalization import Normalize
-from ..utils.probe_images import pixel_images
 from ._monitor import BackboneMonitor, rank_and_world
 
 __all__ = ["DownstreamProbeCallback"]

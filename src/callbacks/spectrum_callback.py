@@ -80,7 +80,7 @@ class RepresentationSpectrumCallback(BackboneMonitor):
     """Args (defaults equal ``configs/callbacks/spectrum.yaml``):
     every_n_epochs: compute at the end of every N-th training epoch (and after the last one).
     at_train_start: also compute once before training (logged at step 0: the initial weights).
-    images: the probe set, the vocabulary of :func:`src.utils.probe_images.probe_images` (shared with the other
+    images: the probe set, the vocabulary of :func:`src.images.probe_images.probe_images` (shared with the other
         monitors): ``"auto"`` (default: the first ``num_images`` validation images when the data module has some,
         else the bundled photos) | ``"val"`` (an error without validation images) | ``"photos"`` | ``"digits"`` | an
         (N, C, H, W) tensor in [0, 1] with 2 <= N <= ``num_images`` (used as given).

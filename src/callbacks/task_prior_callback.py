@@ -24,12 +24,12 @@ from torch import Tensor
 
 from ..backbones.spec import check_backbone_spec
 from ..features import FORWARD_BATCH, FeatureExtractor
+from ..images.digits import check_image_size
 from ..metrics.task_prior import TaskPriorMoments
 from ..task_prior.config import TaskPriorConfig
 from ..task_prior.conventions import TaskPriorConvention, resolve_convention
 from ..task_prior.validation import ZERO_NORM, check_block_size
 from ..utils.checks import check_int
-from ..utils.digits import check_image_size
 from ..utils.distributed import Shard, all_reduce_sum
 from ..utils.modes import eval_mode
 from ..utils.normalization import Normalize
@@ -48,7 +48,7 @@ class TaskPriorCallback(BackboneMonitor):
     prior_backbone: registry name or ``{name: ..., **opts}`` of the prior (its features are computed once on the
         fixed images, then the backbone is dropped); or give ``prior_features`` (N, D) for the same images (and
         leave ``prior_backbone`` None). None: the config's (:class:`~src.task_prior.TaskPriorConfig`'s default).
-    images: the fixed image set, the vocabulary of :func:`src.utils.probe_images.probe_images` (shared with
+    images: the fixed image set, the vocabulary of :func:`src.images.probe_images.probe_images` (shared with
         DivergenceRadiusCallback): ``"val"`` (default: the first ``num_images`` validation images, at their own size:
         not resized) | ``"auto"`` (those, else the bundled photos) | ``"photos"`` | ``"digits"`` | an (N, C, H, W)
         tensor in [0, 1] with 2 <= N <= ``num_images`` (used as given). The default stays ``"val"`` (not

@@ -1,4 +1,4 @@
-"""Offline real photos (``src.utils.photos``: scikit-image, scikit-learn, matplotlib) cut into random square crops:
+"""Offline real photos (``src.images.photos``: scikit-image, scikit-learn, matplotlib) cut into random square crops:
 unlabeled fine-tuning and probe images for the perturbation-robustness work.
 
 Sources, all bundled with installed packages (no download): scikit-image ``skimage.data`` photographs, scikit-learn's
@@ -13,9 +13,9 @@ import torch
 from torch import Tensor
 from torch.utils.data import TensorDataset
 
+from ..images.photos import PHOTO_NAMES, load_photo, random_crops
 from ..utils.checks import check_int
 from ..utils.numerics import mix_seed
-from ..utils.photos import PHOTO_NAMES, load_photo, random_crops
 from .common import IndexedDataset, SplitsDataModule
 
 __all__ = ["PHOTO_NAMES", "PhotosDataModule", "load_photo", "random_crops"]

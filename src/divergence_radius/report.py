@@ -19,7 +19,7 @@ import torch
 from torch import Tensor
 
 from ..features import FORWARD_BATCH, FeatureExtractor
-from ..utils.rank_agreement import pearson
+from ..stats.rank_agreement import pearson
 from .config import DivergenceRadiusConfig
 from .downstream import fit_line, fit_linear_probe, open_clip_zero_shot, regression_mse
 from .protocol import SweepOutput, robustness_sweep
@@ -31,7 +31,7 @@ FAMILIES = (("divergence_radius", "r_dr", "R_dr"), ("cosine_robustness", "r_cs",
 
 
 def _pearson(x: Sequence[float], y: Sequence[float]) -> float | None:
-    """Pearson's r (:func:`src.utils.rank_agreement.pearson`), None (JSON null) where undefined."""
+    """Pearson's r (:func:`src.stats.rank_agreement.pearson`), None (JSON null) where undefined."""
     r = pearson(x, y)
     return None if math.isnan(r) else r
 
@@ -177,7 +177,7 @@ def check_split_sizes(n_train: object, n_test: object, available: int | None = N
 def digits_split(image_size: int, n_train: int, n_test: int, seed: int = 0) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """scikit-learn digits upsampled to RGB ``image_size``: a seeded random (train, test) split of the given sizes
     (disjoint; sizes checked by :func:`check_split_sizes`)."""
-    from ..utils.digits import load_digits_tensors, upsample_digits
+    from ..images.digits import load_digits_tensors, upsample_digits
 
     images, labels = load_digits_tensors()
     n_train, n_test = check_split_sizes(n_train, n_test, images.shape[0])

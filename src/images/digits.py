@@ -1,5 +1,5 @@
 """scikit-learn's bundled digits as tensors, without Lightning: the one loader behind the digits data module, the
-DivergenceRadius report, the Task-Prior study and the Task-Prior callback's probe images (like ``src.utils.photos`` for
+DivergenceRadius report, the Task-Prior study and the Task-Prior callback's probe images (like ``src.images.photos`` for
 the bundled photos), and the image-size check they share."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .checks import check_int
+from ..utils.checks import check_int
 
 __all__ = ["check_image_size", "load_digits_tensors", "upsample_digits"]
 

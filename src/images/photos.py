@@ -1,6 +1,6 @@
 """Real photos that load offline from installed packages (scikit-image, scikit-learn, matplotlib; no download) and
 seeded random square crops of them. No Lightning: shared by ``src.data.photos`` (the fine-tuning data module) and
-:func:`bundled_photos` (the fixed probe set of photos: ``images="photos"`` of the monitors, ``src.utils.probe_images``,
+:func:`bundled_photos` (the fixed probe set of photos: ``images="photos"`` of the monitors, ``src.images.probe_images``,
 and the audit report).
 
 Sources: scikit-image ``skimage.data`` photographs, scikit-learn's ``load_sample_image`` (china, flower) and

@@ -11,7 +11,7 @@ Sources (``images=`` of both monitors):
 
 * ``"auto"``: the validation images when the data module has some, else ``"photos"``;
 * ``"val"``: the first ``num_images`` validation images (an error when there are none);
-* ``"photos"``: ``num_images`` seeded crops of the bundled offline photos (:func:`~src.utils.photos.bundled_photos`)
+* ``"photos"``: ``num_images`` seeded crops of the bundled offline photos (:func:`~src.images.photos.bundled_photos`)
   at ``image_size``;
 * ``"digits"``: the first ``num_images`` of scikit-learn's 1797 bundled digits at ``image_size``;
 * an (N, C, H, W) float tensor in [0, 1]: the probe set as given (at its own size, N <= ``num_images``).
@@ -27,9 +27,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .checks import check_int
+from ..utils.checks import check_int
+from ..utils.normalization import ChannelNormalization, Normalize, as_normalization
 from .digits import check_image_size, load_digits_tensors, upsample_digits
-from .normalization import ChannelNormalization, Normalize, as_normalization
 from .photos import bundled_photos
 
 __all__ = [
@@ -246,7 +246,7 @@ def probe_images(
       clipped with a warning, gray -> RGB, resized to ``image_size`` x ``image_size`` (antialiased bilinear) when
       ``resize``, else at their own size;
     * ``"auto"``: as ``"val"`` when ``val_images`` holds images, else as ``"photos"``;
-    * ``"photos"``: :func:`~src.utils.photos.bundled_photos` ``(num_images, image_size, seed)``;
+    * ``"photos"``: :func:`~src.images.photos.bundled_photos` ``(num_images, image_size, seed)``;
     * ``"digits"``: the first ``num_images`` (at most 1797) scikit-learn digits at ``image_size`` (bilinear).
 
     ``owner`` (e.g. ``"DivergenceRadiusCallback"``) starts every error message. ``denormalize``: the former name of

@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from ..utils.rank_agreement import kendall_tau_b
+from ..stats.rank_agreement import kendall_tau_b
 
 __all__ = [
     "CRITERIA",

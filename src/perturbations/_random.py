@@ -5,7 +5,7 @@ None); it is the only value that ever leaves a generator, a scalar on the host, 
 crosses between host and device.
 
 * ``"philox"`` (images on a GPU or any non-CPU device, by default): the stream ``stream_key(base)`` of the
-  counter-based Philox-4x32-10 generator (:mod:`src.utils.philox`; Salmon et al., "Parallel random numbers: as easy
+  counter-based Philox-4x32-10 generator (:mod:`src.rng.philox`; Salmon et al., "Parallel random numbers: as easy
   as 1, 2, 3", SC 2011, doi:10.1145/2063384.2063405) in integer tensor ops ON the images' device. Value i of a draw
   is a function of (base, i) alone: the same on every device (uniforms, integers and bits bit-identical; normals
   up to the device's float64 log / cos / sin in the last ulp), for any batch split and thread count.
@@ -34,7 +34,7 @@ from typing import TypeVar
 import torch
 from torch import Tensor
 
-from ..utils import philox
+from ..rng import philox
 
 __all__ = ["rand", "randn", "randint", "rand_bits", "parallel_map", "CHUNK", "ENGINES", "engine_for", "set_engine"]
 

@@ -44,7 +44,7 @@ def synbench_block(block: dict[str, Any]) -> Any:
 def agreement_options(cfg: DictConfig) -> tuple[int, float]:
     """(``agreement.n_boot``, ``agreement.level``) of a composed report.yaml, checked (an integer >= 1, a number in
     (0, 1)): a bad value is refused before any work, not after every part has been computed."""
-    from ..utils.rank_agreement import check_agreement_options
+    from ..stats.rank_agreement import check_agreement_options
 
     block = cfg.get("agreement") or {}
     return check_agreement_options(block.get("n_boot", 2000), block.get("level", 0.9), prefix="agreement.")

@@ -27,6 +27,7 @@ from torch import Tensor
 from ..backbones import Backbone
 from ..backbones.spec import BackboneLike, backbone_labels, backbone_list, build_backbone, check_buildable
 from ..divergence_radius.config import DivergenceRadiusConfig
+from ..images.probe_images import BUNDLED_DIGITS
 from ..methods import METHODS, AuditPart, MethodSpec, PartContext, resolve
 from ..methods.audit_parts import (
     backbone_fingerprint,
@@ -38,7 +39,6 @@ from ..methods.audit_parts import (
 )
 from ..synbench.config import SynBenchConfig, synbench_budget
 from ..task_prior.config import TaskPriorConfig
-from ..images.probe_images import BUNDLED_DIGITS
 from .cache import ResultCache
 
 __all__ = [

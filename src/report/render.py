@@ -11,8 +11,8 @@ from typing import Any
 
 from ..methods import METHODS, AuditPart, column_direction, descriptive_columns
 from ..methods.audit_parts import config_settings
+from ..stats.rank_agreement import Agreement, agreement
 from ..utils.atomic_write import atomic_write_bytes
-from ..utils.rank_agreement import Agreement, agreement
 from ..utils.report_writer import Report
 from .audit import AuditResults
 from .html import figure_html, markdown_table, page, table_html

@@ -45,8 +45,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from .checks import check_int
-from .numerics import seed_word
+from ..utils.checks import check_int
+from ..utils.numerics import seed_word
 
 __all__ = [
     "philox4x32",

@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from .checks import check_int
+from ..utils.checks import check_int
 
 __all__ = [
     "Agreement",

@@ -9,7 +9,7 @@ other rank ≥ 2; a flat vector (d,) is one channel of d values.
 
 Reproducibility: samples come in fixed chunks of ``chunk_size``; chunk c of split ("train"/"test") at s is drawn
 from the Philox-4x32-10 stream (Salmon et al., "Parallel random numbers: as easy as 1, 2, 3", SC 2011,
-doi:10.1145/2063384.2063405; :mod:`src.utils.philox`) keyed by :func:`chunk_key` = stream_key(seed, round(s·1e6),
+doi:10.1145/2063384.2063405; :mod:`src.rng.philox`) keyed by :func:`chunk_key` = stream_key(seed, round(s·1e6),
 split, c): the noise is normals 0 … B·d − 1 of the stream (Box–Muller in float64, then ``dtype``), the labels are
 uniforms at words 2⁶¹ … 2⁶¹ + B − 1. Sample i is therefore the same whatever the batch size, the number of samples
 requested, the other s values on the grid, the thread count, the process count, and the device (the integer words
@@ -27,8 +27,8 @@ import numpy as np
 import torch
 from scipy.linalg import LinAlgError, cho_solve_banded, cholesky_banded
 
+from ..rng.philox import normal, stream_key, uniform
 from ..utils.numerics import seed_word
-from ..utils.philox import normal, stream_key, uniform
 
 Tensor = torch.Tensor
 SPLITS = {"train": 0, "test": 1}
@@ -57,7 +57,7 @@ def _chunk_words(seed: int, s: float, split: str, chunk: int) -> tuple[int, int,
 
 
 def chunk_key(seed: int, s: float, split: str, chunk: int) -> tuple[int, int]:
-    """Philox key of one chunk: :func:`~src.utils.philox.stream_key` (the project's one seed hash,
+    """Philox key of one chunk: :func:`~src.rng.philox.stream_key` (the project's one seed hash,
     :func:`~src.utils.numerics.seed_word`, split into two 32-bit words) of (seed, round(s · 10⁶), split, chunk)."""
     return stream_key(*_chunk_words(seed, s, split, chunk))
 

@@ -30,9 +30,9 @@ from torch import Tensor
 
 from ..backbones.spec import check_backbone_spec
 from ..features.extractor import FORWARD_BATCH
+from ..stats.rank_agreement import agreement, kendall_tau_b, pearson, permutation_p_value, spearman
 from ..utils.checks import check_int
 from ..utils.progress import progress_sink
-from ..utils.rank_agreement import agreement, kendall_tau_b, pearson, permutation_p_value, spearman
 from ..utils.report_writer import Report
 from . import matrix as prior_matrices
 from .config import TaskPriorConfig
@@ -82,7 +82,7 @@ def digits_images(
 ) -> Tensor:
     """The first ``num_images`` scikit-learn digits as (N, 3, S, S) images in [0, 1] (offline); a ValueError naming
     ``<prefix>num_images`` / ``<prefix>image_size`` for values out of range (no silent clamp to the 1797 digits)."""
-    from ..utils.digits import check_image_size, load_digits_tensors, upsample_digits
+    from ..images.digits import check_image_size, load_digits_tensors, upsample_digits
 
     size = check_image_size(image_size, f"{prefix}image_size")
     images, _ = load_digits_tensors()
@@ -313,7 +313,7 @@ def correlation_intervals(
 ) -> dict[str, Any]:
     """Bootstrap intervals of the correlations across backbones (the paper's Fig. 3 shows 95 % intervals): for E vs
     mean accuracy and Var vs accuracy variance, Pearson's r and Kendall's τ_b with percentile intervals at ``level``
-    from :func:`~src.utils.rank_agreement.agreement` (``n_boot`` resamples of the backbones; where every row holds
+    from :func:`~src.stats.rank_agreement.agreement` (``n_boot`` resamples of the backbones; where every row holds
     its per-task ``accuracies``, each resample also redraws each backbone's tasks with replacement, so the interval
     includes the sampling of the tasks), and the exact permutation p-value of τ_b. Point estimates are those of the
     rows as given. NaN = undefined (fewer than 3 backbones, a constant or non-finite column)."""

@@ -23,7 +23,7 @@ from src.callbacks import (
     TaskPriorCallback,
     check_monitor_prefixes,
 )
-from src.utils.probe_images import PIXEL_OVERSHOOT, clip_overshoot, pixel_images
+from src.images.probe_images import PIXEL_OVERSHOOT, clip_overshoot, pixel_images
 from src.utils.tensorboard import read_scalars
 from tests._lightning import quiet_trainer
 

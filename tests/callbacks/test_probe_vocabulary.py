@@ -1,4 +1,4 @@
-"""DivergenceRadius and Task Prior take their probe images in one vocabulary (src.utils.probe_images): the same
+"""DivergenceRadius and Task Prior take their probe images in one vocabulary (src.images.probe_images): the same
 ``images=`` choices and errors, each keeping its default; DivergenceRadius's ``source=`` is a deprecated alias."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import torch
 from torch.utils.data import TensorDataset
 
 from src.callbacks import DivergenceRadiusCallback, TaskPriorCallback
-from src.utils.probe_images import IMAGE_SOURCES
+from src.images.probe_images import IMAGE_SOURCES
 
 
 class _DM:

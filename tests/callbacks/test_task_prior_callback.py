@@ -127,7 +127,7 @@ def test_config_and_keywords_merge_once() -> None:
 
 def test_digits_images_beyond_the_bundled_set_are_refused() -> None:
     """images='digits' with num_images above the 1797 bundled digits once silently used 1797 images; now refused
-    when the callback is made (src.utils.probe_images owns the check)."""
+    when the callback is made (src.images.probe_images owns the check)."""
     opts = dict(prior_backbone=None, prior_features=torch.randn(6, 2), images="digits", image_size=8)
     with pytest.raises(ValueError, match=r"num_images must be an integer in \[1, 1797\] .*got 5000"):
         TaskPriorCallback(num_images=5000, **opts)

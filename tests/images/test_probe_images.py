@@ -1,4 +1,4 @@
-"""src.utils.probe_images: the one vocabulary of probe-image sources of the image monitors, each source, resize or
+"""src.images.probe_images: the one vocabulary of probe-image sources of the image monitors, each source, resize or
 not, gray -> RGB, denormalize, and the errors (naming the argument and the fix)."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from src.utils.digits import load_digits_tensors, upsample_digits
-from src.utils.photos import bundled_photos
-from src.utils.probe_images import BUNDLED_DIGITS, IMAGE_SOURCES, check_image_source, check_num_images, probe_images
+from src.images.digits import load_digits_tensors, upsample_digits
+from src.images.photos import bundled_photos
+from src.images.probe_images import BUNDLED_DIGITS, IMAGE_SOURCES, check_image_source, check_num_images, probe_images
 
 
 def _pixels(n: int = 5, c: int = 3, size: int = 12, seed: int = 0) -> torch.Tensor:

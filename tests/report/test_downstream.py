@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from src.backbones import create_backbone
+from src.images.digits import load_digits_tensors, upsample_digits
 from src.report.downstream import probe_accuracies, robust_key
-from src.utils.digits import load_digits_tensors, upsample_digits
 
 
 @pytest.fixture(scope="module")

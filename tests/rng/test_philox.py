@@ -1,4 +1,4 @@
-"""Philox-4x32-10 (src/utils/philox.py): published known answers, counter/offset algebra, independence of the work
+"""Philox-4x32-10 (src/rng/philox.py): published known answers, counter/offset algebra, independence of the work
 split (threads, blocks, compiled vs eager), and the distribution of bits, uniforms and normals."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import math
 import pytest
 import torch
 
-from src.utils import philox
-from src.utils.philox import normal, philox4x32, random_bits, stream_key, uniform
+from src.rng import philox
+from src.rng.philox import normal, philox4x32, random_bits, stream_key, uniform
 
 # Random123's known-answer vectors, tests/kat_vectors of https://github.com/DEShawResearch/random123 (D. E. Shaw
 # Research; the reference implementation of Salmon et al., SC 2011): name, rounds, counter (4 words), key (2 words),

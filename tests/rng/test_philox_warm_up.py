@@ -1,4 +1,4 @@
-"""The sampler's compilation made visible (src/utils/philox.py): ``sampler_ready`` says whether the kernels a SynBench
+"""The sampler's compilation made visible (src/rng/philox.py): ``sampler_ready`` says whether the kernels a SynBench
 run draws with are built in this process, ``warm_up_sampler`` builds exactly those (a SynBench run afterwards builds
 nothing more). ``torch.compile`` is replaced by the identity so that "compiling" is instant and the test cheap; the
 kernels' equality with eager is tested in test_philox.py."""
@@ -8,8 +8,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from src.rng import philox
 from src.synbench import SynBenchConfig, synbench
-from src.utils import philox
 
 
 @pytest.fixture

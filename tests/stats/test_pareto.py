@@ -1,4 +1,4 @@
-"""src.utils.pareto: the front of acceptable points, limit violations in Optuna's sign convention, validators."""
+"""src.stats.pareto: the front of acceptable points, limit violations in Optuna's sign convention, validators."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import itertools
 
 import pytest
 
-from src.utils.pareto import check_limits, dominates, feasible, limit_violations, pareto_front
+from src.stats.pareto import check_limits, dominates, feasible, limit_violations, pareto_front
 
 
 def _brute_front(points, modes, limits):

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from src.utils.rank_agreement import (
+from src.stats.rank_agreement import (
     agreement,
     check_agreement_options,
     kendall_tau_b,
@@ -76,7 +76,7 @@ def test_seeds_are_resampled_and_names_are_matched() -> None:
 
 
 def test_spearman_matches_scipy_with_ties() -> None:
-    from src.utils.rank_agreement import spearman
+    from src.stats.rank_agreement import spearman
 
     x, y = [1.0, 2.0, 2.0, 5.0, 3.0], [0.3, 0.1, 0.4, 0.9, 0.9]
     # sums of a handful of O(1) float64 terms: 1e-12 is orders above their rounding

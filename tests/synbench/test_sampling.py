@@ -110,9 +110,9 @@ def test_channel_affine_folded_into_sampling():
 def test_chunk_is_the_chunks_philox_stream():
     """Chunk c = normals of stream chunk_key(seed, s, split, c) (+ the mean), labels = uniforms at LABEL_OFFSET;
     chunk_seed keeps the same 64-bit seed word."""
+    from src.rng.philox import normal, stream_key, uniform
     from src.synbench.sampling import LABEL_OFFSET, chunk_key, chunk_seed
     from src.utils.numerics import seed_word
-    from src.utils.philox import normal, stream_key, uniform
 
     kw = dict(s=2.0, input_shape=(3, 4, 4), seed=7, split="test", chunk_size=16, mean_offset=0.0)
     x, y = sample_chunk(3, **kw)
@@ -130,7 +130,7 @@ def test_chunk_is_the_chunks_philox_stream():
 def test_chunk_independent_of_threads_and_of_the_device_code_path(monkeypatch):
     """The same chunk with 1 and 2 threads, and through the one-piece path a GPU takes (BLOCK beyond the chunk):
     bit-identical (every word is exact integer arithmetic, the float stage is the same eager ops per value)."""
-    from src.utils import philox
+    from src.rng import philox
 
     kw = dict(s=0.7, input_shape=(3, 32, 32), seed=1, split="train", chunk_size=64)
     prev = torch.get_num_threads()

@@ -1,5 +1,5 @@
 """Bootstrap intervals of the Task-Prior correlations (Task Priors, arXiv:2507.09871, Fig. 3: 95 % intervals), from
-src.utils.rank_agreement.agreement: over backbones, and over each backbone's sampled tasks when they are known."""
+src.stats.rank_agreement.agreement: over backbones, and over each backbone's sampled tasks when they are known."""
 
 from __future__ import annotations
 
