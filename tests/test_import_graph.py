@@ -146,3 +146,30 @@ def test_no_absolute_self_imports():
             names += [a.name for a in node.names] if isinstance(node, ast.Import) else []
             bad += [f"{f.relative_to(SRC)}: {n}" for n in names if n.split(".")[0] in ("src", "repbench", "callbacks")]
     assert not bad, bad
+
+
+def _module_imports() -> dict[str, set[str]]:
+    """{module: modules of src it imports} (dotted names relative to src; a package is its ``__init__``), from every
+    relative import, module-level or inside a function."""
+    graph: dict[str, set[str]] = {}
+    for f in SRC.rglob("*.py"):
+        parts = list(f.relative_to(SRC).with_suffix("").parts)
+        package = parts[:-1]
+        name = ".".join(package if parts[-1] == "__init__" else parts)
+        deps = graph.setdefault(name, set())
+        for node in ast.walk(ast.parse(f.read_text())):
+            if not isinstance(node, ast.ImportFrom) or node.level == 0:
+                continue
+            target = package[: len(package) - (node.level - 1)] + (node.module.split(".") if node.module else [])
+            for alias in node.names:
+                is_module = (SRC.joinpath(*target, f"{alias.name}.py")).exists()
+                deps.add(".".join([*target, alias.name] if is_module else target))
+    return graph
+
+
+def test_no_two_files_import_each_other():
+    """A file cycle (a.py imports b.py, b.py imports a.py, even lazily) means their shared piece belongs in one of
+    them (the DivergenceRadius compare.py <-> report.py cycle ended by moving the Report builders into report.py)."""
+    graph = _module_imports()
+    pairs = {tuple(sorted((a, b))) for a, deps in graph.items() for b in deps if a != b and a in graph.get(b, ())}
+    assert not pairs, f"files importing each other: {sorted(pairs)}"

@@ -37,7 +37,7 @@ import torch
 from torch import Tensor
 
 from ..divergence_radius.config import DivergenceRadiusConfig
-from ..divergence_radius.figures import robustness_axis
+from ..divergence_radius.figures import bar_axis
 from ..divergence_radius.protocol import PerturbationCache, cache_perturbations
 from ..metrics.divergence_radius import robustness_metrics
 from ..utils.checks import check_int
@@ -47,14 +47,12 @@ from ..utils.normalization import Normalize
 from ._monitor import BackboneMonitor, rank_and_world
 from .collapse_alarm import mean_cross_cosine
 
-__all__ = ["DivergenceRadiusCallback", "robustness_figure"]
+__all__ = ["DivergenceRadiusCallback", "bar_figure"]
 
 log = logging.getLogger("repbench")
 
 
-def robustness_figure(
-    values: dict[str, float], names: Sequence[str], title: str = "", cross_cosine: float | None = None
-):
+def bar_figure(values: dict[str, float], names: Sequence[str], title: str = "", cross_cosine: float | None = None):
     """Bar chart of R_dr and R_cs per perturbation (the paper's Fig. 4 for one model) on a fixed [0, 1] y axis (both
     values lie in [0, 1] for unit-normalised embeddings: :mod:`src.divergence_radius.figures`), so a near-zero value
     draws a near-zero bar. ``cross_cosine``: the mean cosine between different probe images' embeddings; at or above
@@ -70,7 +68,7 @@ def robustness_figure(
     ax.bar(x - 0.2, [values[f"divergence_radius/{n}"] for n in names], 0.4, label="DivergenceRadius R_dr")
     ax.bar(x + 0.2, [values[f"cosine_robustness/{n}"] for n in names], 0.4, label="cosine robustness R_cs")
     ax.set_xticks(x, [n.replace("_", "\n") for n in names], fontsize=7)
-    robustness_axis(ax, "mean over probe images\n(lower = more robust)", cross_cosine)
+    bar_axis(ax, "mean over probe images\n(lower = more robust)", cross_cosine)
     ax.set_title(title, fontsize=9)
     ax.legend(fontsize=7, loc="upper right", ncol=2)
     fig.tight_layout()
@@ -252,5 +250,5 @@ class DivergenceRadiusCallback(BackboneMonitor):
             self._add_figure(
                 trainer,
                 f"{self.prefix}/divergence_radius/bars",
-                lambda: robustness_figure(self.last, self.names, title, self.cross_cosine),
+                lambda: bar_figure(self.last, self.names, title, self.cross_cosine),
             )

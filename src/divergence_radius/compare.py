@@ -17,7 +17,6 @@ letters, digits, ``.``, ``_`` and ``-`` replaced by ``_``) when there are severa
 from __future__ import annotations
 
 import logging
-import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -45,22 +44,12 @@ from .report import (
     RobustnessReport,
     check_split_sizes,
     digits_split,
-    drop_correlations,
+    divergence_radius_report,
     robustness_report,
     zero_shot_for,
 )
 
-__all__ = [
-    "CLASSIFIERS",
-    "DIGIT_NAMES",
-    "DIGITS_SPLIT",
-    "compare_backbones",
-    "check_comparison",
-    "comparison_figures",
-    "comparison_markdown",
-    "divergence_radius_report",
-    "figure_prefixes",
-]
+__all__ = ["CLASSIFIERS", "DIGIT_NAMES", "DIGITS_SPLIT", "compare_backbones", "check_comparison"]
 
 log = logging.getLogger("repbench")
 
@@ -259,104 +248,3 @@ def compare_backbones(
             )
         del bb, head
     return divergence_radius_report(results)
-
-
-def _summary(rep: RobustnessReport) -> dict[str, Any]:
-    """One backbone's cross-perturbation summary: clean ACC, means over perturbations, Table 7 correlations."""
-    rows = rep.rows
-    mean = lambda key: sum(r[key] for r in rows) / len(rows)  # noqa: E731
-    return {
-        "classifier": rep.classifier,
-        "clean_accuracy": rep.clean_accuracy,
-        "mean_r_dr": mean("mean_r_dr"),
-        "mean_r_cs": mean("mean_r_cs"),
-        "mean_acc_p": mean("mean_acc_p"),
-        **drop_correlations(rows, rep.clean_accuracy),
-    }
-
-
-def divergence_radius_report(results: Mapping[str, RobustnessReport]) -> Report:
-    """The Report of per-backbone reports {label: RobustnessReport}: rows (backbone + each perturbation's summary
-    row), the Markdown (:func:`comparison_markdown`), the JSON payload {label: ``RobustnessReport.to_dict()``},
-    ``per_image.csv`` and the figures (:func:`comparison_figures`)."""
-    if not results:
-        raise ValueError("no DivergenceRadius results to report")
-    return Report(
-        method="divergence_radius",
-        rows=[{"backbone": label, **row} for label, rep in results.items() for row in rep.rows],
-        markdown=comparison_markdown(results),
-        data={label: rep.to_dict() for label, rep in results.items()},
-        results=dict(results),
-        tables={
-            "per_image.csv": [{"backbone": label, **row} for label, rep in results.items() for row in rep.per_image()]
-        },
-        figures=lambda: comparison_figures(results),
-    )
-
-
-def comparison_markdown(results: Mapping[str, RobustnessReport]) -> str:
-    """A summary table (a row per backbone: classifier, clean ACC, mean R_dr / R_cs / ACC_p over the perturbations,
-    the Table 7 correlations with the accuracy drop), then each backbone's per-perturbation table."""
-    fmt = lambda v, spec: "n/a" if v is None else format(v, spec)  # noqa: E731  (None = undefined correlation)
-    lines = [
-        "| backbone | classifier | clean ACC | mean R_dr | mean R_cs | mean ACC_p | Pearson R_dr vs drop "
-        "| Pearson R_cs vs drop |",
-        "|---|---|---|---|---|---|---|---|",
-    ]
-    for label, rep in results.items():
-        s = _summary(rep)
-        r_dr, r_cs = fmt(s["pearson_r_dr_vs_drop"], ".2f"), fmt(s["pearson_r_cs_vs_drop"], ".2f")
-        lines.append(
-            f"| {label} | {s['classifier']} | {s['clean_accuracy']:.3f} | {s['mean_r_dr']:.4f} | {s['mean_r_cs']:.4f} "
-            f"| {s['mean_acc_p']:.3f} | {r_dr} | {r_cs} |"
-        )
-    parts = ["\n".join(lines) + "\n"]
-    parts += [f"## {label}\n\n{rep.markdown()}" for label, rep in results.items()]
-    return "\n".join(parts)
-
-
-def _slug(label: str) -> str:
-    return re.sub(r"[^A-Za-z0-9._-]+", "_", label).strip("_") or "backbone"
-
-
-def figure_prefixes(labels: Sequence[str]) -> dict[str, str]:
-    """File-name prefix of each backbone's figures: "" for a single backbone, else a distinct slug of its label
-    followed by "__" (a numeric suffix where two labels slug alike)."""
-    if len(labels) == 1:
-        return {labels[0]: ""}
-    out: dict[str, str] = {}
-    for label in labels:
-        slug, i = _slug(label), 1
-        while slug + "__" in out.values():
-            i += 1
-            slug = f"{_slug(label)}_{i}"
-        out[label] = slug + "__"
-    return out
-
-
-def comparison_figures(results: Mapping[str, RobustnessReport]) -> dict[str, Any]:
-    """Each backbone's figures (:meth:`RobustnessReport.figures`, prefixed per :func:`figure_prefixes`) and
-    ``r_dr_by_perturbation.png``: mean R_dr per perturbation, one bar per backbone (the paper's Fig. 4), on R_dr's
-    fixed [0, 1] range (:mod:`src.divergence_radius.figures`)."""
-    from matplotlib.figure import Figure
-
-    from .figures import robustness_axis
-
-    out: dict[str, Any] = {}
-    for label, prefix in figure_prefixes(list(results)).items():
-        out.update({prefix + name: fig for name, fig in results[label].figures().items()})
-    perturbations = list(dict.fromkeys(r["perturbation"] for rep in results.values() for r in rep.rows))
-    fig = Figure(figsize=(max(6.0, 0.9 * len(perturbations) * max(1, len(results)) ** 0.5 + 2), 3.4))
-    ax = fig.add_subplot()
-    width = 0.8 / len(results)
-    for b, (label, rep) in enumerate(results.items()):
-        by_name = {r["perturbation"]: r["mean_r_dr"] for r in rep.rows}
-        xs = [j + (b - (len(results) - 1) / 2) * width for j, p in enumerate(perturbations) if p in by_name]
-        ax.bar(xs, [by_name[p] for p in perturbations if p in by_name], width, label=label)
-    ax.set_xticks(range(len(perturbations)), [p.replace("_", "\n") for p in perturbations], fontsize=7)
-    robustness_axis(ax, "mean R_dr over test images\n(lower = more robust)")  # fixed [0, 1]: R_dr's range
-    ax.set_title("DivergenceRadius per perturbation", fontsize=9)
-    ax.legend(fontsize=7, loc="upper right")
-    fig.tight_layout()
-    out["r_dr_by_perturbation.png"] = fig
-    return out

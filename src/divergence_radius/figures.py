@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-__all__ = ["COLLAPSE_COSINE", "collapse_note", "robustness_axis"]
+__all__ = ["COLLAPSE_COSINE", "bar_axis", "collapse_note"]
 
 #: mean cosine between different images at or above which the representation counts as collapsed (the default
 #: ``cosine_ceiling`` of :class:`~src.callbacks.CollapseAlarm`; measured runs in docs/monitoring.md)
@@ -38,7 +38,7 @@ def collapse_note(cross_cosine: float | None, ceiling: float = COLLAPSE_COSINE) 
     )
 
 
-def robustness_axis(ax: Any, ylabel: str, cross_cosine: float | None = None) -> str | None:
+def bar_axis(ax: Any, ylabel: str, cross_cosine: float | None = None) -> str | None:
     """Put ``ax`` on the fixed [0, 1] scale of R_dr / R_cs, with ``ylabel`` (keep it short: two lines at most fit a
     3-inch-tall figure) and, when ``cross_cosine`` says the representation collapsed, :func:`collapse_note` written
     on the plot. Returns the note (None: none). Call the figure's ``tight_layout`` afterwards, so the label is

@@ -2,14 +2,17 @@
 arXiv:2604.14973, §5; Figs. 5 and 10), for one backbone on labelled images (digits by default, offline).
 
 ``robustness_report(...)`` returns a :class:`RobustnessReport` (its table, JSON payload and figures);
-:func:`src.divergence_radius.compare.compare_backbones` runs it for several backbones and returns one
-:class:`~src.utils.report_writer.Report` (``divergence_radius.{md,csv,json}``, ``per_image.csv``, figures).
+:func:`divergence_radius_report` gathers such reports into one :class:`~src.utils.report_writer.Report`
+(``divergence_radius.{md,csv,json}``, ``per_image.csv``, figures): what
+:func:`src.divergence_radius.compare.compare_backbones` returns for several backbones and
+:meth:`RobustnessReport.write` writes for one.
 """
 
 from __future__ import annotations
 
 import math
 import numbers
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,11 +23,22 @@ from torch import Tensor
 
 from ..features import FORWARD_BATCH, FeatureExtractor
 from ..stats.rank_agreement import pearson
+from ..utils.report_writer import Report
 from .config import DivergenceRadiusConfig
 from .downstream import fit_line, fit_linear_probe, open_clip_zero_shot, regression_mse
 from .protocol import SweepOutput, robustness_sweep
 
-__all__ = ["RobustnessReport", "drop_correlations", "robustness_report", "check_split_sizes", "digits_split"]
+__all__ = [
+    "RobustnessReport",
+    "check_split_sizes",
+    "comparison_figures",
+    "comparison_markdown",
+    "digits_split",
+    "divergence_radius_report",
+    "drop_correlations",
+    "figure_prefixes",
+    "robustness_report",
+]
 
 F64 = torch.float64
 FAMILIES = (("divergence_radius", "r_dr", "R_dr"), ("cosine_robustness", "r_cs", "R_cs"))
@@ -147,9 +161,7 @@ class RobustnessReport:
 
     def write(self, out_dir: str | Path) -> dict[str, Path]:
         """The one-backbone Report written into ``out_dir`` (``divergence_radius.{md,csv,json}``, ``per_image.csv``,
-        the figures; see :func:`src.divergence_radius.compare.divergence_radius_report`)."""
-        from .compare import divergence_radius_report
-
+        the figures; see :func:`divergence_radius_report`)."""
         return divergence_radius_report({self.backbone or "backbone": self}).write(out_dir)
 
 
@@ -261,3 +273,104 @@ def zero_shot_for(backbone_name: str, class_names: Sequence[str], pretrained: st
     if not backbone_name.startswith("open_clip:"):
         raise ValueError(f"zero-shot classification needs an open_clip backbone, got {backbone_name!r}")
     return open_clip_zero_shot(backbone_name.split(":", 1)[1], class_names, pretrained=pretrained, **kw)
+
+
+def _summary(rep: RobustnessReport) -> dict[str, Any]:
+    """One backbone's cross-perturbation summary: clean ACC, means over perturbations, Table 7 correlations."""
+    rows = rep.rows
+    mean = lambda key: sum(r[key] for r in rows) / len(rows)  # noqa: E731
+    return {
+        "classifier": rep.classifier,
+        "clean_accuracy": rep.clean_accuracy,
+        "mean_r_dr": mean("mean_r_dr"),
+        "mean_r_cs": mean("mean_r_cs"),
+        "mean_acc_p": mean("mean_acc_p"),
+        **drop_correlations(rows, rep.clean_accuracy),
+    }
+
+
+def divergence_radius_report(results: Mapping[str, RobustnessReport]) -> Report:
+    """The Report of per-backbone reports {label: RobustnessReport}: rows (backbone + each perturbation's summary
+    row), the Markdown (:func:`comparison_markdown`), the JSON payload {label: ``RobustnessReport.to_dict()``},
+    ``per_image.csv`` and the figures (:func:`comparison_figures`)."""
+    if not results:
+        raise ValueError("no DivergenceRadius results to report")
+    return Report(
+        method="divergence_radius",
+        rows=[{"backbone": label, **row} for label, rep in results.items() for row in rep.rows],
+        markdown=comparison_markdown(results),
+        data={label: rep.to_dict() for label, rep in results.items()},
+        results=dict(results),
+        tables={
+            "per_image.csv": [{"backbone": label, **row} for label, rep in results.items() for row in rep.per_image()]
+        },
+        figures=lambda: comparison_figures(results),
+    )
+
+
+def comparison_markdown(results: Mapping[str, RobustnessReport]) -> str:
+    """A summary table (a row per backbone: classifier, clean ACC, mean R_dr / R_cs / ACC_p over the perturbations,
+    the Table 7 correlations with the accuracy drop), then each backbone's per-perturbation table."""
+    fmt = lambda v, spec: "n/a" if v is None else format(v, spec)  # noqa: E731  (None = undefined correlation)
+    lines = [
+        "| backbone | classifier | clean ACC | mean R_dr | mean R_cs | mean ACC_p | Pearson R_dr vs drop "
+        "| Pearson R_cs vs drop |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for label, rep in results.items():
+        s = _summary(rep)
+        r_dr, r_cs = fmt(s["pearson_r_dr_vs_drop"], ".2f"), fmt(s["pearson_r_cs_vs_drop"], ".2f")
+        lines.append(
+            f"| {label} | {s['classifier']} | {s['clean_accuracy']:.3f} | {s['mean_r_dr']:.4f} | {s['mean_r_cs']:.4f} "
+            f"| {s['mean_acc_p']:.3f} | {r_dr} | {r_cs} |"
+        )
+    parts = ["\n".join(lines) + "\n"]
+    parts += [f"## {label}\n\n{rep.markdown()}" for label, rep in results.items()]
+    return "\n".join(parts)
+
+
+def _slug(label: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", label).strip("_") or "backbone"
+
+
+def figure_prefixes(labels: Sequence[str]) -> dict[str, str]:
+    """File-name prefix of each backbone's figures: "" for a single backbone, else a distinct slug of its label
+    followed by "__" (a numeric suffix where two labels slug alike)."""
+    if len(labels) == 1:
+        return {labels[0]: ""}
+    out: dict[str, str] = {}
+    for label in labels:
+        slug, i = _slug(label), 1
+        while slug + "__" in out.values():
+            i += 1
+            slug = f"{_slug(label)}_{i}"
+        out[label] = slug + "__"
+    return out
+
+
+def comparison_figures(results: Mapping[str, RobustnessReport]) -> dict[str, Any]:
+    """Each backbone's figures (:meth:`RobustnessReport.figures`, prefixed per :func:`figure_prefixes`) and
+    ``r_dr_by_perturbation.png``: mean R_dr per perturbation, one bar per backbone (the paper's Fig. 4), on R_dr's
+    fixed [0, 1] range (:mod:`src.divergence_radius.figures`)."""
+    from matplotlib.figure import Figure
+
+    from .figures import bar_axis
+
+    out: dict[str, Any] = {}
+    for label, prefix in figure_prefixes(list(results)).items():
+        out.update({prefix + name: fig for name, fig in results[label].figures().items()})
+    perturbations = list(dict.fromkeys(r["perturbation"] for rep in results.values() for r in rep.rows))
+    fig = Figure(figsize=(max(6.0, 0.9 * len(perturbations) * max(1, len(results)) ** 0.5 + 2), 3.4))
+    ax = fig.add_subplot()
+    width = 0.8 / len(results)
+    for b, (label, rep) in enumerate(results.items()):
+        by_name = {r["perturbation"]: r["mean_r_dr"] for r in rep.rows}
+        xs = [j + (b - (len(results) - 1) / 2) * width for j, p in enumerate(perturbations) if p in by_name]
+        ax.bar(xs, [by_name[p] for p in perturbations if p in by_name], width, label=label)
+    ax.set_xticks(range(len(perturbations)), [p.replace("_", "\n") for p in perturbations], fontsize=7)
+    bar_axis(ax, "mean R_dr over test images\n(lower = more robust)")  # fixed [0, 1]: R_dr's range
+    ax.set_title("DivergenceRadius per perturbation", fontsize=9)
+    ax.legend(fontsize=7, loc="upper right")
+    fig.tight_layout()
+    out["r_dr_by_perturbation.png"] = fig
+    return out

@@ -235,7 +235,7 @@ def divergence_radius_figure(values: Mapping[str, Mapping[str, Any]]) -> Any:
     import numpy as np
     from matplotlib.figure import Figure
 
-    from ..divergence_radius.figures import robustness_axis
+    from ..divergence_radius.figures import bar_axis
 
     labels = list(values)
     names = list(values[labels[0]]["r_dr"])
@@ -247,7 +247,7 @@ def divergence_radius_figure(values: Mapping[str, Mapping[str, Any]]) -> Any:
         r = values[lab]["r_dr"]
         ax.bar(x + i * w - 0.4 + w / 2, [r[n] for n in names], w, label=lab)
     ax.set_xticks(x, [n.replace("_", "\n") for n in names], fontsize=7)
-    robustness_axis(ax, "mean R_dr\n(lower = more robust)")  # R_dr's fixed [0, 1] range, as every R_dr figure
+    bar_axis(ax, "mean R_dr\n(lower = more robust)")  # R_dr's fixed [0, 1] range, as every R_dr figure
     ax.legend(fontsize=6, loc="upper right")
     ax.set_title("DivergenceRadius per perturbation")
     fig.tight_layout()  # the y label inside the canvas

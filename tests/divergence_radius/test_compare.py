@@ -13,8 +13,8 @@ from hydra import compose, initialize_config_dir
 
 from src.backbones.spec import build_backbone
 from src.divergence_radius import DivergenceRadiusConfig, compare_backbones
-from src.divergence_radius.compare import DIGITS_SPLIT, check_comparison, figure_prefixes
-from src.divergence_radius.report import digits_split, robustness_report
+from src.divergence_radius.compare import DIGITS_SPLIT, check_comparison
+from src.divergence_radius.report import digits_split, figure_prefixes, robustness_report
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = [{"name": "timm:test_efficientnet", "pretrained": False}, {"name": "timm:test_vit", "pretrained": False}]

@@ -9,7 +9,7 @@ import lightning as L
 import pytest
 import torch
 
-from src.callbacks.divergence_radius_callback import DivergenceRadiusCallback, robustness_figure
+from src.callbacks.divergence_radius_callback import DivergenceRadiusCallback, bar_figure
 from src.divergence_radius.figures import COLLAPSE_COSINE, collapse_note
 from src.divergence_radius.metrics import cosine_robustness, divergence_radius
 
@@ -36,7 +36,7 @@ def test_the_values_it_shows_are_bounded_by_one_for_unit_embeddings() -> None:
 
 @pytest.mark.parametrize("r_dr", [1.6e-5, 0.4])
 def test_the_axis_is_fixed_and_the_label_is_inside_the_canvas(r_dr: float) -> None:
-    fig = robustness_figure(_values(r_dr, r_dr / 2), NAMES, "after 3 epoch(s)")
+    fig = bar_figure(_values(r_dr, r_dr / 2), NAMES, "after 3 epoch(s)")
     ax = fig.axes[0]
     assert ax.get_ylim() == (0.0, 1.0)  # a collapsed R_dr draws a near-zero bar, not a full-height one
     fig.canvas.draw()
@@ -49,10 +49,10 @@ def test_the_axis_is_fixed_and_the_label_is_inside_the_canvas(r_dr: float) -> No
 
 def test_a_collapsed_representation_gets_a_note_on_the_figure() -> None:
     assert collapse_note(None) is None and collapse_note(0.5) is None and collapse_note(float("nan")) is None
-    fig = robustness_figure(_values(1.6e-5, 1e-10), NAMES, "after 3 epoch(s)", cross_cosine=0.99995)
+    fig = bar_figure(_values(1.6e-5, 1e-10), NAMES, "after 3 epoch(s)", cross_cosine=0.99995)
     (note,) = _texts(fig)
     assert "collapsed" in note and "0.99995" in note and "not robustness" in note
-    assert not _texts(robustness_figure(_values(0.3, 0.1), NAMES, cross_cosine=COLLAPSE_COSINE - 0.01))
+    assert not _texts(bar_figure(_values(0.3, 0.1), NAMES, cross_cosine=COLLAPSE_COSINE - 0.01))
 
 
 def _compute(feature_fn) -> tuple[DivergenceRadiusCallback, dict[str, float]]:
