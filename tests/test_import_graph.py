@@ -6,11 +6,17 @@ utils -> images (the bundled photos and digits, probe images), stats (rank agree
 Lightning data modules), baselines -> methods (the method table) -> data -> metrics -> callbacks -> models -> train / eval / hydra_callbacks / report (entry points).
 The package root (``src/__init__.py``: the installed name and the repository alias) imports nothing of ours and may be
 imported by anyone.
+
+Third parties: the method cores and the foundation packages below them (:data:`FRAMEWORK_FREE`) import no Lightning,
+torchmetrics, Hydra or OmegaConf outside their ``__main__.py`` (the CLIs), so importing or calling a core never loads
+them; the entry points' Hydra / Lightning plumbing kept in ``src/utils`` (:data:`CLI_PLUMBING`) is used only by the CLIs.
 """
 
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from collections import defaultdict
 from pathlib import Path
 
@@ -173,3 +179,93 @@ def test_no_two_files_import_each_other():
     graph = _module_imports()
     pairs = {tuple(sorted((a, b))) for a, deps in graph.items() for b in deps if a != b and a in graph.get(b, ())}
     assert not pairs, f"files importing each other: {sorted(pairs)}"
+
+
+#: the method cores and the foundation packages below them (ALLOWED's lower layers): free of the frameworks
+FRAMEWORK_FREE = (
+    "utils",
+    "images",
+    "stats",
+    "rng",
+    "backbones",
+    "features",
+    "perturbations",
+    "attacks",
+    "synbench",
+    "divergence_radius",
+    "task_prior",
+    "baselines",
+)
+FRAMEWORKS = frozenset({"lightning", "pytorch_lightning", "lightning_fabric", "torchmetrics", "hydra", "omegaconf"})
+#: the entry points' plumbing in src/utils (Hydra's config and run folder, the CLIs' console lines, configs/data
+#: through Hydra, Lightning's HParams and checkpoint IO, the end-of-run summary): imported only by train.py, eval.py
+#: and the CLIs' __main__.py (test_cores_import_no_framework holds that no core or foundation module reaches them)
+CLI_PLUMBING = frozenset(
+    f"utils.{m}"
+    for m in ("hydra_utils", "run_dir", "console", "data_tensors", "hparams", "checkpoint_io", "run_summary")
+)
+
+
+def _framework_imports(f: Path) -> list[str]:
+    """``line: module`` of every import of a framework in ``f``, module-level or inside a function."""
+    found = []
+    for node in ast.walk(ast.parse(f.read_text())):
+        names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+        names += [node.module or ""] if isinstance(node, ast.ImportFrom) and node.level == 0 else []
+        found += [f"{node.lineno}: {n}" for n in names if n.split(".")[0] in FRAMEWORKS]
+    return found
+
+
+def _framework_free_modules() -> dict[str, Path]:
+    """{dotted module name relative to src: file} of the FRAMEWORK_FREE packages, less their __main__ and
+    CLI_PLUMBING."""
+    out = {}
+    for package in FRAMEWORK_FREE:
+        for f in (SRC / package).rglob("*.py"):
+            parts = list(f.relative_to(SRC).with_suffix("").parts)
+            name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+            if parts[-1] != "__main__" and name not in CLI_PLUMBING:
+                out[name] = f
+    return out
+
+
+def test_cores_import_no_framework():
+    """No module of a method core or a foundation package (outside __main__.py and CLI_PLUMBING) imports Lightning,
+    torchmetrics, Hydra or OmegaConf, itself or through any module of src it imports (module-level or lazily)."""
+    graph = _module_imports()
+    files = {name: f for name, f in ((n, _module_file(n)) for n in graph) if f is not None}
+    direct = {name for name, f in files.items() if _framework_imports(f)}
+    bad = []
+    for name, f in _framework_free_modules().items():
+        bad += [f"{f.relative_to(SRC)} {hit}" for hit in _framework_imports(f)]
+        seen, todo = {name}, [name]
+        while todo:
+            for dep in graph.get(todo.pop(), ()):
+                if dep not in seen:
+                    seen.add(dep)
+                    todo.append(dep)
+        bad += [f"{f.relative_to(SRC)} reaches {dep}" for dep in sorted((seen - {name}) & direct)]
+    assert not bad, bad
+
+
+def test_importing_the_cores_loads_no_framework():
+    """The same seen from Python: importing every such module leaves Lightning, torchmetrics, Hydra and OmegaConf
+    unloaded (a third-party library that pulled one in would show here)."""
+    names = sorted(f"src.{n}" for n in _framework_free_modules())
+    code = (
+        "import importlib, sys\n"
+        f"for n in {names!r}:\n    importlib.import_module(n)\n"
+        f"print(sorted({{m.split('.')[0] for m in sys.modules}} & set({sorted(FRAMEWORKS)!r})))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=SRC.parent, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().splitlines()[-1] == "[]", f"loaded by importing the cores: {out.stdout}"
+
+
+def _module_file(name: str) -> Path | None:
+    """The file of a dotted module name relative to src (a package: its __init__.py)."""
+    path = SRC.joinpath(*name.split(".")) if name else SRC
+    for f in (path.with_suffix(".py"), path / "__init__.py"):
+        if f.is_file():
+            return f
+    return None
