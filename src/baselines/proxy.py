@@ -17,7 +17,7 @@ SynBench is about 50x cheaper, Appendix A.9). The loss-data-curve scores share o
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 from typing import Any
 
@@ -42,16 +42,18 @@ def synthetic_task(
     config: SynBenchConfig,
     s: float,
     device: Any = "cpu",
+    extractor: Mapping[str, Any] | None = None,
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """(train_features, train_labels, test_features, test_labels) of SynBench's samples at separation ``s``:
     ``config.n_train`` and ``config.n_test`` samples through ``feature_fn`` (features (n, D), labels int64 in
-    {0, 1}). ``s`` need not be on ``config.s_values`` (the chunk seeds depend on s itself)."""
+    {0, 1}). ``s`` need not be on ``config.s_values`` (the chunk seeds depend on s itself). ``extractor``:
+    FeatureExtractor options of the forwards, as :func:`src.synbench.synbench`'s (None = the defaults)."""
     if not isinstance(config, SynBenchConfig):
         raise TypeError(f"config must be a SynBenchConfig, got {type(config).__name__}")
     s = check_real(s, "s", low=0.0, low_open=False)
     dev = torch.device(device)
     plan = SamplingPlan.from_config(config, input_shape, feature_fn, None, sampling_device(config, dev))
-    extract = make_extract(feature_fn, dev, None, config.batch_size)
+    extract = make_extract(feature_fn, dev, dict(extractor or {}), config.batch_size)
     out: list[Tensor] = []
     with frozen(feature_fn):
         for split in ("train", "test"):

@@ -34,6 +34,7 @@ from ..backbones.spec import (
     check_buildable,
     spec_name,
 )
+from ..features import extractor_options
 from ..perturbations import MIN_SIZE
 from ..perturbations.registry import check_perturbable_images
 from ..utils.progress import progress_sink
@@ -201,6 +202,7 @@ def compare_backbones(
     probe_C: float = 1.0,
     device: str | torch.device = "cpu",
     progress: bool | Callable[[str], None] = False,
+    extractor: Mapping[str, Any] | None = None,
 ) -> Report:
     """The §5 protocol (:func:`~src.divergence_radius.report.robustness_report`) for every backbone under one sweep
     ``config`` (a DivergenceRadiusConfig, a mapping of its fields, or None for its defaults) → a Report
@@ -212,9 +214,11 @@ def compare_backbones(
     split seeded by ``config.seed``); or ``images`` (N, 3, H, W) in [0, 1] with integer ``labels`` (N,), plus
     ``train_images`` / ``train_labels`` for the linear probe. ``classifier``: "linear" (probe with L2 penalty
     ``probe_C``) or "zero_shot" (open_clip backbones; prompts ``templates`` with ``class_names``, default the digit
-    names). ``progress``: True logs a line per backbone, a callable receives those lines. Every argument is checked
-    before any backbone is built.
+    names). ``progress``: True logs a line per backbone, a callable receives those lines. ``extractor``: options of
+    the backbones' :class:`~src.features.FeatureExtractor` (:func:`src.features.extractor_options`; None = its
+    defaults). Every argument is checked before any backbone is built.
     """
+    extractor = extractor_options(extractor)
     plan = check_comparison(
         backbones, config, images=images, labels=labels, train_images=train_images, train_labels=train_labels,
         classifier=classifier, class_names=class_names, image_size=image_size, n_train=n_train, n_test=n_test,
@@ -237,7 +241,7 @@ def compare_backbones(
             head = head.to(device)
         results[label] = robustness_report(
             bb.embed, train_images, train_labels, images, labels, cfg, backbone_name=label, classifier=head,
-            probe_C=probe_C, device=str(device),
+            probe_C=probe_C, device=str(device), extractor=extractor,
         )  # fmt: skip
         if say:
             rows = results[label].rows

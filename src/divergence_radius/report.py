@@ -21,7 +21,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ..features import FORWARD_BATCH, FeatureExtractor
+from ..features import FORWARD_BATCH, FeatureExtractor, extractor_options
 from ..stats.rank_agreement import pearson
 from ..utils.report_writer import Report
 from .config import DivergenceRadiusConfig
@@ -217,13 +217,15 @@ def robustness_report(
     chunk_size: int | None = None,
     device: str | None = None,
     max_batch: int = FORWARD_BATCH,
+    extractor: Mapping[str, Any] | None = None,
 ) -> RobustnessReport:
     """The §5 protocol: a linear probe on clean training features (unless a ``classifier`` such as a zero-shot
     head is given), the sweep of ``config`` (a DivergenceRadiusConfig, a mapping of its fields or None for its
     defaults; ``perturbations``, ``m``, ``mode``, ``seed``, ``chunk_size`` override its fields when not None) with
     ACC_p on the test images, and per perturbation the regression test MSE of ACC_p on R_dr and on R_cs (first half
     of an order seeded by seed + 1 to fit, second half to test; the MSE of the best constant fitted on the first half
-    is the baseline)."""
+    is the baseline). ``extractor``: further :class:`~src.features.FeatureExtractor` options of the forwards
+    (:func:`src.features.extractor_options`; its ``max_batch`` wins over ``max_batch``)."""
     cfg = DivergenceRadiusConfig.coerce(
         config, perturbations=perturbations, m=m, mode=mode, seed=seed, chunk_size=chunk_size
     )
@@ -232,7 +234,7 @@ def robustness_report(
             f"robustness_report needs at least 2 test images (the regression fits on one half and scores the "
             f"other), got {test_images.shape[0]}"
         )
-    extract = FeatureExtractor(feature_fn, device=device, max_batch=max_batch)
+    extract = FeatureExtractor(feature_fn, device=device, **{"max_batch": max_batch, **extractor_options(extractor)})
     kind = "zero-shot" if classifier is not None else "linear-probe"
     if classifier is None:
         if train_images is None or train_labels is None:

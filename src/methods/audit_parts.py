@@ -94,7 +94,9 @@ def synbench_run(bb: Any, ctx: PartContext) -> dict[str, Any]:
     from ..synbench import synbench
 
     size = _size(bb, ctx.audit.input_size)
-    return synbench(bb.embed, input_shape=(3, size, size), config=ctx.options, device=ctx.device).to_dict()
+    return synbench(
+        bb.embed, input_shape=(3, size, size), config=ctx.options, device=ctx.device, extractor=ctx.extractor
+    ).to_dict()
 
 
 def synbench_settings(ctx: PartContext) -> dict[str, Any]:
@@ -133,7 +135,7 @@ def baselines_run(bb: Any, ctx: PartContext) -> dict[str, Any]:
     eps = check_baseline_eps(cfg.baseline_eps)  # a configuration error, not a score undefined here: never an "n/a"
     size = _size(bb, cfg.input_size)
     t0 = time.perf_counter()
-    task = synthetic_task(bb.embed, (3, size, size), ctx.options, cfg.baseline_s, ctx.device)
+    task = synthetic_task(bb.embed, (3, size, size), ctx.options, cfg.baseline_s, ctx.device, ctx.extractor)
     features_s = time.perf_counter() - t0
     which: Sequence[str] = cfg.baselines
     curve = tuple(n for n in which if BASELINES[n].needs == "curve")  # one loss-data curve for all of them
@@ -193,7 +195,7 @@ def cost_note(results: Any) -> str:
 
 
 # ----------------------------------------------------------------------------------------------- divergence radius
-def divergence_radius_prepare(cfg: Any, device: Any, given: Tensor | None) -> dict[str, Any]:
+def divergence_radius_prepare(cfg: Any, device: Any, given: Tensor | None, extractor: Any = None) -> dict[str, Any]:
     """The images swept (``given``, else ``dr_images`` bundled photos at ``dr_image_size``) and their fingerprint."""
     images = given
     if images is None:
@@ -206,8 +208,10 @@ def divergence_radius_prepare(cfg: Any, device: Any, given: Tensor | None) -> di
 def divergence_radius_run(bb: Any, ctx: PartContext) -> dict[str, Any]:
     """Mean R_dr and R_cs per perturbation over the images (and their means over perturbations)."""
     from ..divergence_radius import robustness_sweep
+    from ..features import FeatureExtractor
 
-    out = robustness_sweep(ctx.data["images"], bb.embed, ctx.options, device=ctx.device)
+    extract = FeatureExtractor(bb.embed, device=ctx.device, **ctx.extractor)  # the run's forward options
+    out = robustness_sweep(ctx.data["images"], extract, ctx.options, device=ctx.device)
     r_dr, r_cs = out.r_dr.mean(0), out.r_cs.mean(0)
     return {
         "r_dr": dict(zip(out.names, r_dr.tolist())),
@@ -255,7 +259,7 @@ def divergence_radius_figure(values: Mapping[str, Mapping[str, Any]]) -> Any:
 
 
 # ----------------------------------------------------------------------------------------------- task prior
-def task_prior_prepare(cfg: Any, device: Any, given: Tensor | None) -> dict[str, Any]:
+def task_prior_prepare(cfg: Any, device: Any, given: Tensor | None, extractor: Any = None) -> dict[str, Any]:
     """The study's images (``given``, else the first ``tp_images`` digits at ``tp_image_size``) and the prior's
     features on them (the prior built once, its random weights seeded by the Task-Prior seed)."""
     from ..backbones.spec import build_backbone
@@ -270,7 +274,7 @@ def task_prior_prepare(cfg: Any, device: Any, given: Tensor | None) -> dict[str,
         torch.manual_seed(cfg.task_prior.seed)
         prior = build_backbone(cfg.task_prior.prior_backbone).eval().to(device)
     prior_fp = backbone_fingerprint(prior)
-    features = FeatureExtractor(prior.embed, device=device)(images).float().cpu()
+    features = FeatureExtractor(prior.embed, device=device, **dict(extractor or {}))(images).float().cpu()
     return {"images": images, "images_fp": tensor_fingerprint(images), "prior_features": features, "prior": prior_fp}
 
 
@@ -279,7 +283,7 @@ def task_prior_run(bb: Any, ctx: PartContext) -> dict[str, Any]:
     from ..features import FeatureExtractor
     from ..task_prior import compare_features
 
-    z = FeatureExtractor(bb.embed, device=ctx.device)(ctx.data["images"]).float().cpu()
+    z = FeatureExtractor(bb.embed, device=ctx.device, **ctx.extractor)(ctx.data["images"]).float().cpu()
     (row,) = compare_features({ctx.label: z}, ctx.data["prior_features"], ctx.options)
     return {k: v for k, v in row.items() if k != "backbone"}
 

@@ -78,13 +78,16 @@ class PartContext:
 
     options: the method's options (for a ``synthetic`` part: at this run's seed or budget); audit: the whole
     :class:`~src.report.audit.AuditConfig`; device; data: what the method's ``audit_prepare`` returned (shared by
-    every backbone: images, a prior's features, their fingerprints); label: the backbone's label (when running)."""
+    every backbone: images, a prior's features, their fingerprints); label: the backbone's label (when running);
+    extractor: the run's :class:`~src.features.FeatureExtractor` options of every backbone forward
+    (:func:`src.features.extractor_options`; empty = its defaults)."""
 
     options: Any
     audit: Any
     device: Any = "cpu"
     data: Mapping[str, Any] = field(default_factory=dict)
     label: str = ""
+    extractor: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -131,8 +134,9 @@ class MethodSpec:
     compare_backbones, metric, callback: lazy references (:func:`resolve`).
     scores: its :class:`Score` rows (the directions).
     audit_parts: its parts of the backbone audit, in order.
-    audit_prepare: ``prepare(audit_config, device, given) -> data`` run once before the backbones (``given``: what
-      the caller passed for this method, e.g. its images; None), or None.
+    audit_prepare: ``prepare(audit_config, device, given, extractor=...) -> data`` run once before the backbones
+      (``given``: what the caller passed for this method, e.g. its images, or None; ``extractor``: the run's
+      FeatureExtractor options, as :class:`PartContext`'s), or None.
     module_logs: a RepBench LightningModule logs this family itself (so a sweep objective under it needs no
       callback).
     """

@@ -168,12 +168,13 @@ class AuditConfig:
 
 def part_downstream(
     bb: Backbone, sets: Mapping[str, tuple[tuple[Tensor, Tensor], tuple[Tensor, Tensor]]], options: Mapping[str, Any],
-    device: Any,
+    device: Any, extractor: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:  # fmt: skip
     """{set name: probe accuracies} (:func:`src.report.downstream.probe_accuracies`)."""
     from .downstream import probe_accuracies
 
-    return {name: probe_accuracies(bb, train, test, device=device, **options) for name, (train, test) in sets.items()}
+    return {name: probe_accuracies(bb, train, test, device=device, extractor=extractor, **options)
+            for name, (train, test) in sets.items()}  # fmt: skip
 
 
 # ----------------------------------------------------------------------------------------------- cached entries
@@ -239,6 +240,7 @@ def run_audit(
     cache_dir: str | None = None,
     device: Any = "cpu",
     progress: bool | Callable[[str], None] = False,
+    extractor: Mapping[str, Any] | None = None,
 ) -> AuditResults:
     """Run every part of ``config`` on every backbone (cached parts are read back).
 
@@ -246,11 +248,15 @@ def run_audit(
     None = the bundled digits at 64 px (stratified split of the training CLI's digits module). ``inputs``: {method
     name: what its ``audit_prepare`` takes instead of its default data}; ``dr_images`` (the images DivergenceRadius
     sweeps; None = the bundled photos) and ``tp_images`` (the Task-Prior images; None = digits) are its entries for
-    those two methods.
+    those two methods. ``extractor``: FeatureExtractor options of every backbone forward
+    (:func:`src.features.extractor_options`; None = its defaults); options other than the defaults enter every part's
+    cache key.
     """
+    from ..features import extractor_options
     from ..utils.progress import progress_sink
 
     cfg = config or AuditConfig()
+    forward = extractor_options(extractor)  # {} for the defaults: the cache keys of a default run are unchanged
     specs = backbone_list(backbones)
     labels = backbone_labels(specs)
     say = progress_sink(progress)
@@ -268,13 +274,15 @@ def run_audit(
 
     def add(part: AuditPart, name: str, ctx: PartContext) -> None:
         run = resolve(part.run)
-        jobs.append((name, lambda bb, lab: run(bb, dataclasses.replace(ctx, label=lab)), part.call("settings", ctx)))
+        settings = {**part.call("settings", ctx), **({"extractor": forward} if forward else {})}
+        jobs.append((name, lambda bb, lab: run(bb, dataclasses.replace(ctx, label=lab)), settings))
 
     for spec in METHODS.values():  # one loop over the methods' audit parts, in table order
         wanted = [p for p in spec.audit_parts if p.name in parts]
         if not wanted:
             continue
-        data = resolve(spec.audit_prepare)(cfg, device, given.get(spec.name)) if spec.audit_prepare else {}
+        prepare = resolve(spec.audit_prepare) if spec.audit_prepare else None
+        data = prepare(cfg, device, given.get(spec.name), extractor=forward) if prepare else {}
         options = cfg.options(spec.name)
         # synthetic parts: the main run, then each extra seed, then each budget ("synbench#1", "baselines@8192")
         variants = [("", options)]
@@ -284,11 +292,12 @@ def run_audit(
         for suffix, opts in variants:
             for part in wanted:
                 if part.synthetic or not suffix:
-                    add(part, part.name + suffix, PartContext(opts, cfg, device, data))
+                    add(part, part.name + suffix, PartContext(opts, cfg, device, data, extractor=forward))
     if DOWNSTREAM in parts:
         sets_fp = {k: tensor_fingerprint(*tr, *te) for k, (tr, te) in (downstream or {}).items()}
-        jobs.append((DOWNSTREAM, lambda bb, lab: part_downstream(bb, downstream, cfg.downstream, device),
-                     {"options": config_settings(cfg.downstream), "sets": sets_fp}))  # fmt: skip
+        jobs.append((DOWNSTREAM, lambda bb, lab: part_downstream(bb, downstream, cfg.downstream, device, forward),
+                     {"options": config_settings(cfg.downstream), "sets": sets_fp,
+                      **({"extractor": forward} if forward else {})}))  # fmt: skip
 
     values: dict[str, dict[str, Any]] = {}
     seconds: dict[str, dict[str, float]] = {}

@@ -12,7 +12,7 @@ robustness a backbone gives a standard probe, at a CPU cost of seconds; the ε-r
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
@@ -22,7 +22,7 @@ from ..attacks import pgd_attack
 from ..attacks.naming import pgd_label
 from ..backbones import Backbone
 from ..divergence_radius.downstream import fit_linear_probe
-from ..features import FeatureExtractor
+from ..features import FeatureExtractor, extractor_options
 from ..utils import format_eps
 
 __all__ = ["probe_accuracies", "robust_key"]
@@ -44,9 +44,12 @@ def probe_accuracies(
     C: float = 1.0,
     device: Any = "cpu",
     max_batch: int = 128,
+    extractor: Mapping[str, Any] | None = None,
 ) -> dict[str, float]:
     """{"clean_acc": ..., robust_key(ε): ...} of a linear probe on ``backbone``'s features of ``train`` images
-    (N, 3, H, W) in [0, 1] with labels (N,), scored on ``test``."""
+    (N, 3, H, W) in [0, 1] with labels (N,), scored on ``test``. ``extractor``: further FeatureExtractor options of
+    the feature forwards (:func:`src.features.extractor_options`; its ``max_batch`` wins over ``max_batch``, which
+    also batches the PGD attack)."""
     (x_tr, y_tr), (x_te, y_te) = train, test
     for name, (x, y) in (("train", train), ("test", test)):
         if x.dim() != 4 or y.shape != (x.shape[0],) or x.shape[0] < 1:
@@ -56,7 +59,8 @@ def probe_accuracies(
     if any(float(e) < 0 for e in epsilons):
         raise ValueError(f"epsilons must be >= 0, got {list(epsilons)}")
     backbone = backbone.eval().to(device)
-    extract = FeatureExtractor(backbone.embed, device=device, max_batch=max_batch)
+    forward = {"max_batch": max_batch, **extractor_options(extractor)}
+    extract = FeatureExtractor(backbone.embed, device=device, **forward)
     head = fit_linear_probe(extract(x_tr).cpu(), y_tr.cpu(), C=C).to(device)
     y_te = y_te.to(device)
     z_te = extract(x_te).to(device)

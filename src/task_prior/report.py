@@ -161,6 +161,7 @@ def compare_backbones(
     max_batch: int = FORWARD_BATCH,
     device: str | torch.device = "cpu",
     progress: bool | Callable[[str], None] = False,
+    extractor: Mapping[str, Any] | None = None,
     prior_matrix: bool = False,
 ) -> Report:
     """The Task-Prior probe study of every backbone on the same images -> a Report (``method="task_prior"``, rows =
@@ -175,16 +176,19 @@ def compare_backbones(
     ``torch.random.fork_rng``: the caller's global generator is left as it was). ``progress``: True logs one line per
     backbone, a callable receives the lines. ``prior_matrix``: also every evaluated backbone as the prior of every
     other (:func:`~src.task_prior.matrix.prior_matrix`, the paper's Fig. 6: B² closed-form moments on the same
-    features, no probes): JSON ``prior_matrix``, Markdown tables and figure ``prior_matrix.png``. Every argument is
-    checked, and every backbone built once, before the first forward."""
+    features, no probes): JSON ``prior_matrix``, Markdown tables and figure ``prior_matrix.png``. ``extractor``:
+    further :class:`~src.features.FeatureExtractor` options of the forwards (:func:`src.features.extractor_options`;
+    its ``max_batch`` wins over ``max_batch``). Every argument is checked, and every backbone built once, before the
+    first forward."""
     from ..backbones.spec import backbone_labels, backbone_list, build_backbone, check_buildable, spec_name
-    from ..features import FeatureExtractor
+    from ..features import FeatureExtractor, extractor_options
 
     specs = backbone_list(backbones)
     labels = backbone_labels(specs)
     cfg = TaskPriorConfig.coerce(config)
     prior_spec = cfg.prior_backbone if prior_backbone is None else check_backbone_spec(prior_backbone, "prior_backbone")
     images = digits_images() if images is None else _check_images(images)
+    forward = {"max_batch": max_batch, **extractor_options(extractor)}
     max_batch = check_int(max_batch, "max_batch", 1)
     if not isinstance(prior_matrix, bool):
         raise TypeError(f"prior_matrix must be true or false, got {prior_matrix!r}")
@@ -194,7 +198,7 @@ def compare_backbones(
     def embed(spec: Any, label: str) -> Tensor:
         t0 = time.perf_counter()
         bb = build_backbone(spec).to(device).eval()
-        z = FeatureExtractor(bb.embed, device=device, max_batch=max_batch)(images).float().cpu()
+        z = FeatureExtractor(bb.embed, device=device, **forward)(images).float().cpu()
         if say:
             say(f"features {label}: {tuple(z.shape)} in {time.perf_counter() - t0:.1f} s")
         return z
