@@ -33,7 +33,7 @@ ALLOWED: dict[str, set[str]] = {
     "features": {"utils"},
     "perturbations": {"utils", "rng"},
     "attacks": {"utils"},
-    "synbench": {"utils", "images", "rng", "backbones", "features"},
+    "synbench": {"utils", "rng", "backbones", "features"},
     "divergence_radius": {"utils", "images", "stats", "backbones", "features", "perturbations"},
     "task_prior": {"utils", "images", "stats", "backbones", "features"},
     # task-agnostic baseline scores (LogME, SFDA, RankMe, alpha-ReQ, loss-data curves) on SynBench's proxy task

@@ -54,8 +54,9 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from ..utils.checks import check_int
-from ._checks import F64, check_features, check_labels, check_real
+from ..utils.checks import check_features, check_int, check_labels, check_real
+
+F64 = torch.float64
 
 __all__ = ["logme", "logme_from_moments", "class_evidence", "RANK_RTOL"]
 
@@ -217,7 +218,7 @@ def logme(
     for n > D); n ≤ D: through the thin SVD of F. ``authors=True``: the official stopping rule and evidence formula
     (11 updates, 1e-3, see the module docstring), ``max_iter``/``tol`` unused.
     """
-    f = check_features(features)
+    f = check_features(features, min_rows=2, dtype=F64)
     y, c = check_labels(labels, f.shape[0], num_classes)
     max_iter, tol = _options(max_iter, tol)
     n, d = f.shape

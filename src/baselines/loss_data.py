@@ -42,9 +42,10 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from ..utils.checks import check_int
+from ..utils.checks import check_features, check_int, check_labels, check_real
 from ..utils.threads import torch_threads
-from ._checks import F64, check_features, check_labels, check_real
+
+F64 = torch.float64
 
 __all__ = [
     "LossDataCurve",
@@ -187,8 +188,8 @@ def loss_data_curve(
     points from 10) of nested subsets of one permutation drawn from ``seed``; ``fit`` (default
     :func:`fit_logistic` with ``l2``) trains a probe on whitened features; the validation loss is its mean
     cross-entropy on the validation set."""
-    xtr = check_features(train_features, "train_features")
-    xva = check_features(val_features, "val_features", min_rows=1)
+    xtr = check_features(train_features, "train_features", min_rows=2, dtype=F64)
+    xva = check_features(val_features, "val_features", dtype=F64)
     if xva.shape[1] != xtr.shape[1]:
         raise ValueError(
             f"val_features have {xva.shape[1]} columns, train_features {xtr.shape[1]}; use one feature map"

@@ -28,8 +28,8 @@ from ..synbench.config import SynBenchConfig
 from ..synbench.plan import SamplingPlan
 from ..synbench.protocol import frozen, make_extract
 from ..synbench.runner import sampling_device
+from ..utils.checks import check_features, check_labels, check_real
 from ..utils.threads import torch_threads
-from ._checks import check_features, check_labels, check_real
 from .loss_data import Bound, loss_data_curve
 from .registry import ALL_BASELINES, BaselineSpec, select_baselines
 
@@ -105,7 +105,7 @@ def baseline_scores(
     scoring (1, default, as SynBench's ``linalg_threads``: robust on a busy CPU, and the timings compare like with
     like; None leaves torch's setting). See :class:`BaselineScores`."""
     specs = select_baselines(which)
-    z = check_features(train_z, "train_z")
+    z = check_features(train_z, "train_z", min_rows=2, dtype=torch.float64)
     y, _ = check_labels(train_y, z.shape[0], None, "train_y")
     values: dict[str, float] = {}
     seconds: dict[str, float] = {}

@@ -42,7 +42,9 @@ import math
 import torch
 from torch import Tensor
 
-from ._checks import F64, check_features, check_labels, check_real
+from ..utils.checks import check_features, check_labels, check_real
+
+F64 = torch.float64
 
 __all__ = ["sfda", "sfda_shrinkage"]
 
@@ -174,7 +176,7 @@ def sfda(
     ``authors``: the official λ_max estimate. Higher is better. With fewer samples than dimensions (n < D) the score
     is computed exactly in n dimensions (Woodbury, module docstring): no D×D matrix is formed, so
     ``sfda(torch.randn(20, 20000), labels)`` needs megabytes, not the 3.2 GB of each D×D float64 scatter."""
-    x = check_features(features)
+    x = check_features(features, min_rows=2, dtype=F64)
     y, c = check_labels(labels, x.shape[0], num_classes)
     counts = torch.bincount(y, minlength=c)
     if c < 2 or bool((counts == 0).any()):

@@ -28,8 +28,9 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-from ..utils.checks import check_int
-from ._checks import F64, check_features, check_real
+from ..utils.checks import check_features, check_int, check_real
+
+F64 = torch.float64
 
 __all__ = [
     "rankme",
@@ -82,7 +83,7 @@ def _entropy_rank(sigma: Tensor, eps: float) -> float:
 
 def rankme(features: Tensor, eps: float = 1e-7) -> float:
     """RankMe of ``features`` (n, D), uncentred, float64 (module docstring)."""
-    z = check_features(features)
+    z = check_features(features, min_rows=2, dtype=F64)
     eps = check_real(eps, "eps", low=0.0, low_open=False)
     return _entropy_rank(rank_cut(_gram_eigenvalues(z), *z.shape).sqrt(), eps)
 
@@ -139,7 +140,7 @@ def power_law_exponent(eigenvalues: Tensor, fit_range: tuple[int, int] = DEFAULT
 
 def alpha_req(features: Tensor, fit_range: tuple[int, int] = DEFAULT_FIT_RANGE) -> float:
     """α-ReQ of ``features`` (n, D): the power-law exponent of the centred covariance spectrum (module docstring)."""
-    z = check_features(features)
+    z = check_features(features, min_rows=2, dtype=F64)
     return power_law_exponent(_gram_eigenvalues(z - z.mean(0))[: min(z.shape[0] - 1, z.shape[1])], fit_range)
 
 

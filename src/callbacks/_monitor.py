@@ -44,9 +44,8 @@ from torch import Tensor, nn
 
 from ..backbones.weights import state_fingerprint
 from ..features.owner import owner_module
-from ..images.digits import check_image_size
 from ..images.probe_images import check_image_source, check_num_images, probe_images
-from ..utils.checks import check_int
+from ..utils.checks import check_image_size, check_int
 from ..utils.modes import eval_mode
 from ..utils.normalization import ChannelNormalization, Normalize, monitor_normalization
 

@@ -37,11 +37,10 @@ import lightning as L
 import torch
 from torch import Tensor
 
-from ..baselines._checks import check_real
 from ..baselines.spectral import DEFAULT_FIT_RANGE, check_fit_range
 from ..features import FORWARD_BATCH, FeatureExtractor
 from ..metrics.baselines import AlphaReQ, RankMe
-from ..utils.checks import check_int
+from ..utils.checks import check_int, check_real
 from ..utils.distributed import Shard, all_reduce_sum
 from ..utils.modes import eval_mode
 from ..utils.normalization import Normalize

@@ -24,12 +24,11 @@ from torch import Tensor
 
 from ..backbones.spec import check_backbone_spec
 from ..features import FORWARD_BATCH, FeatureExtractor
-from ..images.digits import check_image_size
 from ..metrics.task_prior import TaskPriorMoments
 from ..task_prior.config import TaskPriorConfig
 from ..task_prior.conventions import TaskPriorConvention, resolve_convention
 from ..task_prior.validation import ZERO_NORM, check_block_size
-from ..utils.checks import check_int
+from ..utils.checks import check_image_size, check_int
 from ..utils.distributed import Shard, all_reduce_sum
 from ..utils.modes import eval_mode
 from ..utils.normalization import Normalize

@@ -6,8 +6,8 @@ import torch
 from torch import Tensor
 from torch.utils.data import Dataset
 
-from ..images.digits import _INTERPOLATIONS, check_image_size, load_digits_tensors, upsample_digits
-from ..utils.checks import check_int
+from ..images.digits import _INTERPOLATIONS, load_digits_tensors, upsample_digits
+from ..utils.checks import check_image_size, check_int
 from .common import IndexedDataset, SplitsDataModule, carve_splits, check_fractions, check_num_classes
 
 __all__ = ["DigitsDataModule", "UpsampledDigits", "check_image_size", "upsample_digits"]

@@ -92,7 +92,7 @@ def check_comparison(
     check): the backbone list and labels, the config, the classifier (zero-shot needs ``open_clip:`` backbones and a
     class name per label), and either the digits split sizes or the given images and labels. ValueErrors name the
     argument and the fix."""
-    from ..images.digits import check_image_size
+    from ..utils.checks import check_image_size
 
     specs = backbone_list(backbones)
     names = backbone_labels(specs)

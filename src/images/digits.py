@@ -1,6 +1,6 @@
 """scikit-learn's bundled digits as tensors, without Lightning: the one loader behind the digits data module, the
 DivergenceRadius report, the Task-Prior study and the Task-Prior callback's probe images (like ``src.images.photos`` for
-the bundled photos), and the image-size check they share."""
+the bundled photos). Image sizes are checked by :func:`src.utils.checks.check_image_size`."""
 
 from __future__ import annotations
 
@@ -9,18 +9,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ..utils.checks import check_int
+from ..utils.checks import check_image_size
 
-__all__ = ["check_image_size", "load_digits_tensors", "upsample_digits"]
+__all__ = ["load_digits_tensors", "upsample_digits"]
 
 _INTERPOLATIONS = ("nearest", "bilinear", "bicubic")
-
-
-def check_image_size(image_size: object, key: str = "image_size", fix: str | None = None) -> int:
-    """``image_size`` as an int >= 1 (:func:`~src.utils.checks.check_int`: an integral float is accepted, 2.5 is
-    not), or a ValueError naming ``key`` and ``fix`` (default: "set <key>=64 (say)")."""
-    fix = fix or f"set {key}=64 (say)"
-    return check_int(image_size, key, 1, meaning="pixels per side", fix=fix)
 
 
 def upsample_digits(images: Tensor, image_size: int, interpolation: str = "bilinear") -> Tensor:

@@ -27,9 +27,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ..utils.checks import check_int
+from ..utils.checks import check_image_size, check_int
 from ..utils.normalization import ChannelNormalization, Normalize, as_normalization
-from .digits import check_image_size, load_digits_tensors, upsample_digits
+from .digits import load_digits_tensors, upsample_digits
 from .photos import bundled_photos
 
 __all__ = [

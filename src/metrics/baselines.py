@@ -21,9 +21,8 @@ from torch import Tensor
 from torchmetrics import Metric
 
 from ..baselines import BASELINES, alpha_req_from_moments, logme_from_moments, rankme_from_gram
-from ..baselines._checks import check_features, check_labels
 from ..baselines.spectral import DEFAULT_FIT_RANGE
-from ..utils.checks import check_int
+from ..utils.checks import check_features, check_int, check_labels
 from ._plot import PlotMixin
 
 __all__ = ["AlphaReQ", "LogME", "RankMe"]
@@ -46,7 +45,7 @@ class _SecondMoments(PlotMixin, Metric):
         self.add_state("n", torch.zeros((), dtype=F64), dist_reduce_fx="sum")
 
     def _batch(self, features: Tensor) -> Tensor:
-        z = check_features(features, min_rows=1).to(self.sum_outer.device)
+        z = check_features(features, dtype=F64).to(self.sum_outer.device)
         if z.shape[1] != self.num_features:
             raise ValueError(f"features have {z.shape[1]} columns but num_features={self.num_features}")
         return z
@@ -115,7 +114,7 @@ class LogME(PlotMixin, Metric):
 
     def update(self, features: Tensor, labels: Tensor) -> None:  # type: ignore[override]
         """Add a batch: features (B, D) (any float dtype), labels (B,) int in [0, num_classes)."""
-        f = check_features(features, min_rows=1).to(self.gram.device)
+        f = check_features(features, dtype=F64).to(self.gram.device)
         if f.shape[1] != self.num_features:
             raise ValueError(f"features have {f.shape[1]} columns but num_features={self.num_features}")
         y, _ = check_labels(labels, f.shape[0], self.num_classes)

@@ -31,8 +31,8 @@ from ..task_prior.config import TaskPriorConfig
 from ..task_prior.conventions import TaskPriorConvention, resolve_convention
 from ..task_prior.moments import kernel_scale, kernel_source, sharded_moment_sums
 from ..task_prior.probing import DEFAULT_QUANTILES, accuracy_summary
-from ..task_prior.validation import check_block_size, check_tensor
-from ..utils.checks import check_int
+from ..task_prior.validation import check_block_size
+from ..utils.checks import check_int, check_tensor
 from ..utils.distributed import Shard, no_reduce, process_seams
 from ._plot import PlotMixin
 

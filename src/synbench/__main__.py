@@ -48,7 +48,7 @@ def run(cfg: DictConfig) -> str:
     """The comparison of a composed synbench.yaml; returns the Markdown table. The protocol, ``input_size`` and the
     output directory are checked before any backbone is built."""
     from ..backbones.spec import backbone_labels, backbone_list
-    from ..images.digits import check_image_size
+    from ..utils.checks import check_image_size
     from ..utils.run_dir import OUTPUT_DIR_FIX, check_writable_dir
 
     fields, input_size = protocol_fields(cfg)

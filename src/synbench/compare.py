@@ -44,7 +44,7 @@ def compare_backbones(
     ``extractor``: options of :class:`src.features.FeatureExtractor`; ``progress``: True shows a progress bar and logs
     one line per backbone, a callable receives those lines. Every argument is checked before any backbone is built.
     """
-    from ..images.digits import check_image_size
+    from ..utils.checks import check_image_size
 
     if input_size is not None:
         input_size = check_image_size(input_size, "input_size", INPUT_SIZE_FIX)

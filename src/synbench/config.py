@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass, fields
 from types import MappingProxyType
 from typing import Any
 
+from ..utils.checks import check_int
 from ..utils.options import Options
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
@@ -26,20 +27,6 @@ def official_s_values() -> tuple[float, ...]:
 
 def _default_eps() -> tuple[float, ...]:
     return tuple(round(k * 0.1, 10) for k in range(9))  # 0, 0.1, …, 0.8: paper Fig. 3 and Table 6
-
-
-def _check_int(value: Any, name: str, minimum: int) -> int:
-    """``value`` as an int >= ``minimum`` (an int, or a float holding one exactly, as Hydra reads ``1e4``); a
-    TypeError for a bool, a string or a fraction, a ValueError below ``minimum``, each naming the field. (The same
-    policy as the package's shared integer validator, kept local so that this module imports neither torch nor numpy.)"""
-    got = f"got {value!r} ({type(value).__name__})"
-    if isinstance(value, bool) or not isinstance(value, (numbers.Integral, float)):
-        raise TypeError(f"{name} must be an integer >= {minimum}, {got}")
-    if isinstance(value, float) and not (math.isfinite(value) and value.is_integer()):
-        raise TypeError(f"{name} must be an integer >= {minimum}, {got}; a fraction is never rounded")
-    if value < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}, {got}")
-    return int(value)
 
 
 def _real_tuple(values: Any, name: str) -> tuple[float, ...]:
@@ -113,9 +100,9 @@ class SynBenchConfig(Options):
     def __post_init__(self) -> None:
         # types first, so that a string (a Hydra override such as synbench.n_train=abc) is named, not compared
         for name, minimum in (("n_train", 4), ("n_test", 1), ("seed", 0), ("batch_size", 1), ("chunk_size", 1)):
-            object.__setattr__(self, name, _check_int(getattr(self, name), name, minimum))
+            object.__setattr__(self, name, check_int(getattr(self, name), name, minimum))
         if self.linalg_threads is not None:
-            object.__setattr__(self, "linalg_threads", _check_int(self.linalg_threads, "linalg_threads", 1))
+            object.__setattr__(self, "linalg_threads", check_int(self.linalg_threads, "linalg_threads", 1))
         for name in ("s_values", "eps", "a_T", "band"):
             object.__setattr__(self, name, _real_tuple(getattr(self, name), name))
         for name in ("mean_offset", "class_prior"):

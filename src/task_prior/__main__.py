@@ -50,7 +50,7 @@ def study_images(cfg: DictConfig, seed: int) -> Tensor:
     group, built at ``data.image_size`` with the study's ``seed``): ``data.num_images`` images of its
     ``data.split`` split (null = train), drawn by ``seed`` rather than the first ones (a class-sorted image folder
     would give one class). Reads the files: a missing folder fails here, before any backbone is built."""
-    from ..images.digits import check_image_size
+    from ..utils.checks import check_image_size
     from ..utils.data_tensors import dataset_tensors, load_data_config, open_splits
 
     data = cfg.data

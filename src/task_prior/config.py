@@ -17,18 +17,12 @@ from functools import cached_property
 from typing import Any
 
 from ..backbones.spec import check_backbone_spec
-from ..utils.checks import check_int
+from ..utils.checks import check_fraction, check_int, check_nonnegative, check_positive
 from ..utils.options import Options
 from .conventions import DEFAULT_CONVENTION, TaskPriorConvention, resolve_convention
 from .moments import DEFAULT_BLOCK_SIZE, DEFAULT_RTOL
 from .probing import DEFAULT_QUANTILES
-from .validation import (
-    check_fraction,
-    check_moment_precision,
-    check_nonnegative,
-    check_positive,
-    check_quantiles,
-)
+from .validation import check_moment_precision, check_quantiles
 
 __all__ = ["CONVENTION_OPTIONS", "TaskPriorConfig"]
 

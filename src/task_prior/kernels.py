@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import torch
 
+from ..utils.checks import CHECK_CHUNK, check_features
 from ..utils.numerics import pow2_exponent, times_pow2
-from .validation import CHECK_CHUNK, ZERO_NORM, check_features
+from .validation import ZERO_NORM
 
 Tensor = torch.Tensor
 

@@ -16,16 +16,16 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from ..utils.checks import check_tensor
 from .config import TaskPriorConfig
 from .moments import task_prior_moments
-from .validation import check_tensor
 
 __all__ = ["PRIOR_MATRIX_FIGURE", "prior_matrix", "prior_matrix_data", "prior_matrix_figure", "prior_matrix_markdown"]
 
 PRIOR_MATRIX_FIGURE = "prior_matrix.png"
 
 
-def _check_features(features: Mapping[str, Tensor]) -> list[str]:
+def _check_feature_map(features: Mapping[str, Tensor]) -> list[str]:
     """The labels of ``features`` ({label: (n, D)}, at least one, every n equal); else a ValueError naming the
     entry and the fix."""
     if not isinstance(features, Mapping) or not features:
@@ -55,7 +55,7 @@ def prior_matrix(
     ``config``: a :class:`TaskPriorConfig` or a mapping of its fields (None = the defaults), ``options`` fields
     replacing its values; its convention sets the temperature and kernel scales, ``block_size`` the tiles (memory
     only). B² calls of :func:`task_prior_moments` (each O(n² D) time, never n × n memory)."""
-    names = _check_features(features)
+    names = _check_feature_map(features)
     cfg = TaskPriorConfig.coerce(config, **options)
     feats = list(features.values())
     b = len(feats)

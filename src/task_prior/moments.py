@@ -23,17 +23,16 @@ import math
 import torch
 
 from ..features.precision import tf32_mode
+from ..utils.checks import CHECK_CHUNK, check_positive
 from ..utils.distributed import Reduce, Shard, no_reduce
 from .conventions import CONVENTIONS, DEFAULT_CONVENTION, TaskPriorConvention, resolve_convention
 from .kernels import CenteredCosine
 from .validation import (
-    CHECK_CHUNK,
     MOMENT_PRECISIONS,
     check_block_size,
     check_kernel,
     check_moment_precision,
     check_norm,
-    check_positive,
     check_same_n,
     check_scale,
     check_temperature,

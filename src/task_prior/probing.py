@@ -20,9 +20,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..utils.checks import check_int
+from ..utils.checks import check_fraction, check_int
 from .conventions import PROBE_METRICS, PROBE_SPLITS
-from .validation import check_fraction, check_quantiles
+from .validation import check_quantiles
 
 __all__ = [
     "BatchedLinearHead",

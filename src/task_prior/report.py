@@ -31,14 +31,13 @@ from torch import Tensor
 from ..backbones.spec import check_backbone_spec
 from ..features.extractor import FORWARD_BATCH
 from ..stats.rank_agreement import agreement, kendall_tau_b, pearson, permutation_p_value, spearman
-from ..utils.checks import check_int
+from ..utils.checks import check_image_size, check_int, check_tensor
 from ..utils.progress import progress_sink
 from ..utils.report_writer import Report
 from . import matrix as prior_matrices
 from .config import TaskPriorConfig
 from .moments import task_prior_moments
 from .probing import accuracy_summary, evaluate_task_probes, random_split
-from .validation import check_tensor
 
 __all__ = [
     "COLUMNS",
@@ -82,7 +81,7 @@ def digits_images(
 ) -> Tensor:
     """The first ``num_images`` scikit-learn digits as (N, 3, S, S) images in [0, 1] (offline); a ValueError naming
     ``<prefix>num_images`` / ``<prefix>image_size`` for values out of range (no silent clamp to the 1797 digits)."""
-    from ..images.digits import check_image_size, load_digits_tensors, upsample_digits
+    from ..images.digits import load_digits_tensors, upsample_digits
 
     size = check_image_size(image_size, f"{prefix}image_size")
     images, _ = load_digits_tensors()

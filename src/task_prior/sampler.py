@@ -23,12 +23,12 @@ import warnings
 
 import torch
 
-from ..utils.checks import check_int
+from ..utils.checks import check_features, check_int
 from ..utils.numerics import check_generator
 from ..utils.threads import torch_threads
 from .conventions import CONVENTIONS, DEFAULT_CONVENTION, FACTORS, TaskPriorConvention, resolve_convention
 from .kernels import CenteredCosine
-from .validation import check_features, check_scale, check_temperature
+from .validation import check_scale, check_temperature
 
 Tensor = torch.Tensor
 

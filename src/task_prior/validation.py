@@ -2,21 +2,16 @@
 
 from __future__ import annotations
 
-import math
-import numbers
 from collections.abc import Sequence
 
 import torch
 
-from ..utils.checks import check_int
+from ..utils.checks import as_real, check_int, check_positive
 
 Tensor = torch.Tensor
 
 #: rows whose ℓ2 norm is at most this are "zero" (the cosine kernel is undefined for them)
 ZERO_NORM = 1e-30
-
-#: rows checked per chunk (bounded temporary memory for the finiteness and norm checks)
-CHECK_CHUNK = 4096
 
 SCALES = ("frobenius", "none")
 
@@ -36,22 +31,6 @@ def check_moment_precision(precision: object, name: str = "precision") -> str:
     return str(precision)
 
 
-def check_features(features: Tensor, name: str = "features") -> Tensor:
-    """A 2-D floating tensor (n, D) with n >= 1, D >= 1, every entry finite."""
-    if not isinstance(features, Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor of shape (n, D), got {type(features).__name__}")
-    if features.ndim != 2:
-        raise ValueError(f"{name} must have shape (n, D), got shape {tuple(features.shape)}; flatten it first")
-    if features.shape[0] < 1 or features.shape[1] < 1:
-        raise ValueError(f"{name} is empty (shape {tuple(features.shape)}); pass at least one row and column")
-    if not features.is_floating_point():
-        raise ValueError(f"{name} must be floating point, got {features.dtype}; convert with .float()")
-    for chunk in features.split(CHECK_CHUNK):
-        if not bool(torch.isfinite(chunk).all()):
-            raise ValueError(f"{name} contains NaN or inf; check the feature extractor or drop those rows")
-    return features
-
-
 def check_kernel(kernel: Tensor, name: str = "kernel") -> Tensor:
     """A square floating (n, n) tensor with finite entries."""
     if not isinstance(kernel, Tensor) or kernel.ndim != 2 or kernel.shape[0] != kernel.shape[1]:
@@ -64,40 +43,6 @@ def check_kernel(kernel: Tensor, name: str = "kernel") -> Tensor:
     return kernel
 
 
-def check_tensor(value: object, name: str, shape: str) -> Tensor:
-    """``value`` itself if it is a torch.Tensor, else a TypeError naming the argument and the expected ``shape``."""
-    if not isinstance(value, Tensor):
-        raise TypeError(
-            f"{name} must be a torch.Tensor of shape {shape}, got {type(value).__name__}; convert it with "
-            f"torch.as_tensor({name})"
-        )
-    return value
-
-
-def _real(value: object, name: str, requirement: str) -> float:
-    """``value`` as a float (ints, floats, numpy/torch scalars); a TypeError naming ``name`` for a bool, a string or
-    anything else."""
-    if isinstance(value, bool | str) or not isinstance(value, numbers.Real | Tensor):
-        raise TypeError(f"{name} must be {requirement}, got {value!r} ({type(value).__name__})")
-    return float(value)
-
-
-def check_positive(value: object, name: str, fix: str = "") -> float:
-    """``value`` as a float, finite and > 0; else a ValueError naming ``name`` (and ``fix``, when given)."""
-    v = _real(value, name, "a finite number > 0")
-    if not math.isfinite(v) or v <= 0:
-        raise ValueError(f"{name} must be a finite number > 0, got {value}" + (f"; {fix}" if fix else ""))
-    return v
-
-
-def check_nonnegative(value: object, name: str) -> float:
-    """``value`` as a float, finite and >= 0; else a ValueError naming ``name``."""
-    v = _real(value, name, "a finite number >= 0")
-    if not math.isfinite(v) or v < 0:
-        raise ValueError(f"{name} must be a finite number >= 0, got {value}; e.g. {name}=0")
-    return v
-
-
 def check_temperature(temperature: float, name: str = "temperature") -> float:
     """``temperature`` as a float, finite and > 0; else a ValueError naming ``name`` and the fix."""
     return check_positive(
@@ -105,19 +50,11 @@ def check_temperature(temperature: float, name: str = "temperature") -> float:
     )
 
 
-def check_fraction(value: object, name: str) -> float:
-    """``value`` as a float strictly between 0 and 1; else a ValueError naming ``name``."""
-    v = _real(value, name, "a number in (0, 1)")
-    if not 0.0 < v < 1.0:
-        raise ValueError(f"{name} must be in (0, 1), got {value}; e.g. {name}=0.3")
-    return v
-
-
 def check_quantiles(quantiles: object, name: str = "quantiles") -> tuple[float, ...]:
     """``quantiles`` as a tuple of floats in [0, 1] (possibly empty); else an error naming ``name``."""
     if isinstance(quantiles, str | bytes) or not isinstance(quantiles, Sequence):
         raise TypeError(f"{name} must be a list of numbers in [0, 1], got {quantiles!r}; e.g. {name}=[0.1, 0.5, 0.9]")
-    out = tuple(_real(q, name, "a list of numbers in [0, 1]") for q in quantiles)
+    out = tuple(as_real(q, name, "a list of numbers in [0, 1]") for q in quantiles)
     bad = [q for q in out if not 0.0 <= q <= 1.0]
     if bad:
         raise ValueError(f"{name} must lie in [0, 1], got {list(quantiles)}; e.g. {name}=[0.1, 0.5, 0.9]")

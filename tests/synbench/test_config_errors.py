@@ -141,7 +141,8 @@ def test_large_feature_offsets_keep_their_digits() -> None:
             "n_train",
             2.5,
             TypeError,
-            r"^n_train must be an integer >= 4, got 2.5 \(float\); a fraction is never rounded",
+            r"^n_train must be an integer >= 4, got 2.5 \(float\); pass a whole number such as 4 \(a fraction is never "
+            r"rounded or truncated\)",
         ),
         ("n_train", True, TypeError, r"^n_train must be an integer >= 4"),
         ("n_train", 2, ValueError, r"^n_train must be an integer >= 4, got 2 \(int\)"),
