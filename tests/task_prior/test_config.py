@@ -85,9 +85,15 @@ def test_callback_probe_and_metric_take_their_defaults_from_one_place() -> None:
     for fn in (TaskPriorCallback.__init__, TaskPriorProbe.__init__, TaskPriorMoments.__init__):
         for name in ("temperature", "eval_scale", "prior_scale"):
             assert _default(fn, name) is None, (fn, name)
+    for fn in (TaskPriorProbe.__init__, TaskPriorMoments.__init__):
         assert _default(fn, "convention") == cfg.convention and _default(fn, "block_size") == cfg.block_size
-    for fn in (TaskPriorCallback.__init__, TaskPriorProbe.__init__):
-        assert _default(fn, "prior_backbone") == cfg.prior_backbone
+    assert _default(TaskPriorProbe.__init__, "prior_backbone") == cfg.prior_backbone
+    # the callback takes config= (TaskPriorConfig) and keywords whose None means the config's value
+    for name in ("convention", "block_size", "prior_backbone", "config"):
+        assert _default(TaskPriorCallback.__init__, name) is None, name
+    default_cb = TaskPriorCallback()
+    assert default_cb.options == cfg and default_cb.block_size == cfg.block_size
+    assert default_cb.prior_backbone == cfg.prior_backbone
     for name in ("num_tasks", "task_classes", "lr", "weight_decay", "quantiles", "seed"):
         assert _default(TaskPriorProbe.__init__, name) == getattr(cfg, name), name
     cb = TaskPriorCallback(prior_backbone=None, prior_features=torch.zeros(4, 2))
@@ -115,7 +121,8 @@ def test_callback_refuses_a_bad_convention_or_scale_when_built() -> None:
 
 def test_cli_block_holds_exactly_the_config_fields_at_their_defaults() -> None:
     """configs/task_prior.yaml repeats the defaults (so that `task_prior.<field>=...` overrides need no `+`): every
-    field is there, nothing else, each equal to the dataclass default; data.* equal the core's image defaults."""
+    field is there, nothing else, each equal to the dataclass default (seed: null = the run's seed of
+    configs/run_options, which equals it); data.* equal the core's image defaults."""
     yaml = OmegaConf.to_container(OmegaConf.load(CONFIGS / "task_prior.yaml"), resolve=False)
     block = yaml["task_prior"]
     fields = {f.name: f.default for f in dataclasses.fields(TaskPriorConfig)}
@@ -126,8 +133,10 @@ def test_cli_block_holds_exactly_the_config_fields_at_their_defaults() -> None:
             assert value["name"] == default, value
         elif name == "quantiles":
             assert tuple(value) == default
+        elif name == "seed":  # the run's seed, shared by the comparison CLIs
+            assert value is None and OmegaConf.load(CONFIGS / "run_options" / "default.yaml").seed == default
         else:
             assert value == default, (name, value, default)
-    assert TaskPriorConfig(**block).settings == TaskPriorConfig().settings
+    assert TaskPriorConfig(**{**block, "seed": 0}).settings == TaskPriorConfig().settings
     assert yaml["data"] == {"num_images": DEFAULT_NUM_IMAGES, "image_size": DEFAULT_IMAGE_SIZE, "split": None}
     assert "probe" not in yaml and "seed" not in yaml and "prior_backbone" not in yaml  # all in task_prior:
