@@ -21,7 +21,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from ..utils.allocator import keep_freed_memory
 from ..utils.console import announce_run, quiet_cli
-from ..utils.hydra_utils import register_resolvers  # noqa: F401  (configs/hydra resolvers)
+from ..utils.hydra_utils import register_resolvers, with_run_seed  # noqa: F401  (configs/hydra resolvers)
 from ..utils.resources import config_dir
 
 log = logging.getLogger("repbench")
@@ -29,13 +29,16 @@ log = logging.getLogger("repbench")
 
 def comparison_arguments(cfg: DictConfig) -> dict[str, Any]:
     """The keyword arguments of ``compare_backbones`` from a composed divergence_radius.yaml: ``backbones``, the
-    ``divergence_radius`` block as a DivergenceRadiusConfig (a bad field is named with its block), and the downstream
-    / data keys."""
+    ``divergence_radius`` block as a DivergenceRadiusConfig (a bad field is named with its block; its ``seed: null``
+    is the run's ``seed``, configs/run_options), the downstream / data keys and the ``extractor`` options of the
+    forwards (:func:`src.features.extractor_options`)."""
+    from ..features import extractor_options
     from .config import DivergenceRadiusConfig
 
     plain = lambda node: OmegaConf.to_container(node, resolve=True) if node is not None else None  # noqa: E731
+    block = with_run_seed(plain(cfg.divergence_radius), cfg)
     try:
-        config = DivergenceRadiusConfig.coerce(plain(cfg.divergence_radius) or {})
+        config = DivergenceRadiusConfig.coerce(block)
     except (TypeError, ValueError) as exc:
         raise type(exc)(
             f"divergence_radius block of configs/divergence_radius.yaml: {exc} (override a field as divergence_radius.m=...)"
@@ -50,6 +53,7 @@ def comparison_arguments(cfg: DictConfig) -> dict[str, Any]:
         "n_train": cfg.n_train,
         "n_test": cfg.n_test,
         "probe_C": cfg.probe_C,
+        "extractor": extractor_options(plain(cfg.get("extractor"))),
     }
 
 
@@ -98,17 +102,17 @@ def run(cfg: DictConfig) -> Path:
     from .compare import check_comparison, compare_backbones
 
     args = comparison_arguments(cfg)
-    cheap = {k: v for k, v in args.items() if k not in ("templates", "probe_C")}
+    cheap = {k: v for k, v in args.items() if k not in ("templates", "probe_C", "extractor")}
     if not uses_bundled_digits(cfg):  # backbones, sweep, classifier, sizes first; the data's class names below
         cheap["class_names"] = None
     check_comparison(**cheap)
     if not uses_bundled_digits(cfg):
         args.update(data_arguments(cfg, args["config"].seed))  # reads the data: missing files fail here
-        check_comparison(**{k: v for k, v in args.items() if k not in ("templates", "probe_C")})
+        check_comparison(**{k: v for k, v in args.items() if k not in ("templates", "probe_C", "extractor")})
     out = check_writable_dir(cfg.paths.output_dir, OUTPUT_DIR_FIX)
     keep_freed_memory()  # reuse freed activation memory (docs/speed.md), as every CLI does
     t0 = time.perf_counter()
-    report = compare_backbones(**args, device=cfg.device, progress=True)
+    report = compare_backbones(**args, device=cfg.device, progress=bool(cfg.progress))
     report.write(out)
     # once: Hydra's job logging shows it on the console and keeps it in the run's log file
     log.info("DivergenceRadius report (%.0f s):\n%s\nwritten to %s", time.perf_counter() - t0, report.markdown, out)

@@ -17,7 +17,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from ..utils.allocator import keep_freed_memory
 from ..utils.console import announce_run, quiet_cli
-from ..utils.hydra_utils import register_resolvers  # noqa: F401  (configs/hydra resolvers)
+from ..utils.hydra_utils import register_resolvers, with_run_seed  # noqa: F401  (configs/hydra resolvers)
 from ..utils.resources import config_dir
 
 log = logging.getLogger("repbench")
@@ -52,7 +52,8 @@ def agreement_options(cfg: DictConfig) -> tuple[int, float]:
 
 def audit_config(cfg: DictConfig) -> Any:
     """The :class:`~src.report.audit.AuditConfig` of a composed report.yaml (every field checked here, the
-    ``agreement`` block too: :func:`agreement_options`)."""
+    ``agreement`` block too: :func:`agreement_options`). The run's ``seed`` (configs/run_options) is the seed of
+    SynBench (and the baselines) and of each method block whose ``seed`` is null."""
     import dataclasses
 
     from ..methods import METHODS
@@ -65,7 +66,8 @@ def audit_config(cfg: DictConfig) -> Any:
     # a registered method without a field of its own: its YAML block is its name (`+<name>={...}` on the command line)
     methods = {m: _given(plain.get(m)) for m in METHODS if m not in own}
     down = dict(plain["downstream"])
-    synbench = SynBenchConfig() if plain["full"] else synbench_block(plain["synbench"])
+    sb = with_run_seed({} if plain["full"] else plain["synbench"], cfg)  # full: the official protocol, the run's seed
+    synbench = SynBenchConfig(**sb) if plain["full"] else synbench_block(sb)
     return AuditConfig(
         parts=tuple(plain["parts"]),
         input_size=None if plain["full"] else plain["input_size"],
@@ -73,10 +75,10 @@ def audit_config(cfg: DictConfig) -> Any:
         baseline_s=plain["baselines"]["s"],
         baselines=plain["baselines"]["which"],
         baseline_eps=tuple(plain["baselines"]["eps"]),
-        divergence_radius=_given(plain["divergence_radius"]),
+        divergence_radius=with_run_seed(_given(plain["divergence_radius"]), cfg),
         dr_images=plain["dr_images"],
         dr_image_size=plain["dr_image_size"],
-        task_prior=_given(plain["task_prior"]),
+        task_prior=with_run_seed(_given(plain["task_prior"]), cfg),
         tp_images=plain["tp_images"],
         tp_image_size=plain["tp_image_size"],
         downstream={k: down[k] for k in ("epsilons", "steps", "norm", "C")},
@@ -150,12 +152,14 @@ def run(cfg: DictConfig) -> str:
     """The audit of a composed report.yaml; returns the Markdown report. Settings, backbones and the output directory
     are checked before any work."""
     from ..backbones.spec import backbone_labels, backbone_list
+    from ..features import extractor_options
     from ..utils.run_dir import OUTPUT_DIR_FIX, check_writable_dir
     from .audit import run_audit
     from .cache import ResultCache
     from .render import write_audit
 
     config = audit_config(cfg)
+    extractor = extractor_options(OmegaConf.to_container(cfg.extractor, resolve=True))  # every backbone forward
     backbones = backbone_list(OmegaConf.to_container(cfg.backbones, resolve=True) if cfg.backbones else None)
     backbone_labels(backbones)
     out = check_writable_dir(cfg.paths.output_dir, OUTPUT_DIR_FIX)
@@ -170,7 +174,7 @@ def run(cfg: DictConfig) -> str:
             OmegaConf.to_container(down.sets), int(down.image_size), int(cfg.seed), paths, down.get("max_items")
         )
     results = run_audit(backbones, config, downstream=sets, cache_dir=cfg.cache_dir, device=cfg.device,
-                        progress=bool(cfg.progress))  # fmt: skip
+                        progress=bool(cfg.progress), extractor=extractor)  # fmt: skip
     md = write_audit(results, out, *agreement_options(cfg))["md"].read_text()
     log.info(
         "Backbone audit (%.0f s; cache: %d reused, %d computed):\n%s\nwritten to %s (open report.html)",

@@ -17,7 +17,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from ..utils.allocator import keep_freed_memory
 from ..utils.console import announce_run, quiet_cli
-from ..utils.hydra_utils import register_resolvers  # noqa: F401  (configs/hydra resolvers)
+from ..utils.hydra_utils import register_resolvers, with_run_seed  # noqa: F401  (configs/hydra resolvers)
 from ..utils.resources import config_dir
 from .compare import INPUT_SIZE_FIX, compare_backbones
 from .config import SYNBENCH_BUDGETS, SynBenchConfig, synbench_budget
@@ -29,7 +29,7 @@ def protocol_fields(cfg: DictConfig) -> tuple[dict[str, Any], int | None]:
     """(SynBenchConfig fields, input size) of a composed synbench.yaml: full=true → the official defaults and
     each backbone's native size, else the named ``budget`` (:data:`~src.synbench.config.SYNBENCH_BUDGETS`, default
     ``cpu``) with the ``reduced`` fields that are not null on top, at ``input_size``; ``synbench`` applies on top of
-    both."""
+    both. The seed is the run's (``seed``, configs/run_options) unless the ``synbench`` block sets one."""
     if cfg.full:
         fields: dict[str, Any] = {}
     else:
@@ -41,18 +41,20 @@ def protocol_fields(cfg: DictConfig) -> tuple[dict[str, Any], int | None]:
         reduced = OmegaConf.to_container(cfg.reduced, resolve=True) if cfg.get("reduced") is not None else {}
         fields = {**synbench_budget(name), **{k: v for k, v in reduced.items() if v is not None}}
     fields.update(OmegaConf.to_container(cfg.synbench, resolve=True) or {})
-    return fields, (None if cfg.full else cfg.input_size)
+    return with_run_seed(fields, cfg), (None if cfg.full else cfg.input_size)
 
 
 def run(cfg: DictConfig) -> str:
     """The comparison of a composed synbench.yaml; returns the Markdown table. The protocol, ``input_size`` and the
     output directory are checked before any backbone is built."""
     from ..backbones.spec import backbone_labels, backbone_list
+    from ..features import extractor_options
     from ..utils.checks import check_image_size
     from ..utils.run_dir import OUTPUT_DIR_FIX, check_writable_dir
 
     fields, input_size = protocol_fields(cfg)
     config = SynBenchConfig(**fields)  # every protocol field checked now, not after the first backbone
+    extractor = extractor_options(OmegaConf.to_container(cfg.extractor, resolve=True))  # the run's forwards
     backbones = backbone_list(OmegaConf.to_container(cfg.backbones, resolve=True) if cfg.backbones else None)
     backbone_labels(backbones)  # duplicates refused before any work
     if cfg.input_size is not None:  # null = each backbone's native size; checked under full=true too (a typo)
@@ -64,7 +66,7 @@ def run(cfg: DictConfig) -> str:
         backbones,
         config,
         input_size=input_size,
-        extractor=dict(OmegaConf.to_container(cfg.get("extractor") or {}, resolve=True)),
+        extractor=extractor,
         device=cfg.device,
         progress=bool(cfg.progress),
     )

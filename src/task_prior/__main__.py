@@ -1,7 +1,8 @@
 """``python -m src.task_prior``: the Task-Prior probe study over several backbones (Hydra config
 ``configs/task_prior.yaml``: ``backbones``, the ``task_prior:`` block = :class:`~src.task_prior.config.TaskPriorConfig`,
 ``data.num_images`` / ``data.image_size`` of the bundled digits or of ``data=<configs/data option>`` (its
-``data.split``), ``device``, ``max_batch``), or
+``data.split``), and the run options every comparison CLI shares (``device``, ``progress``, ``extractor``, ``seed``:
+configs/run_options/default.yaml; the top-level ``max_batch`` is a deprecated alias of ``extractor.max_batch``), or
 ``python -m src.task_prior aggregate=<dir>`` to tabulate the runs of ``python -m src.train -m experiment=task_prior
 backbone=...``.
 
@@ -14,6 +15,8 @@ from __future__ import annotations
 
 import logging
 import time
+import warnings
+from typing import Any
 
 import hydra
 from omegaconf import DictConfig, OmegaConf
@@ -22,7 +25,7 @@ from torch import Tensor
 from ..backbones.spec import backbone_labels, backbone_list
 from ..utils.allocator import keep_freed_memory
 from ..utils.checks import check_int
-from ..utils.hydra_utils import register_resolvers  # noqa: F401  (configs/hydra resolvers)
+from ..utils.hydra_utils import register_resolvers, with_run_seed  # noqa: F401  (configs/hydra resolvers)
 from ..utils.resources import config_dir
 from ..utils.run_dir import OUTPUT_DIR_FIX, check_writable_dir
 from .config import TaskPriorConfig
@@ -38,6 +41,31 @@ def aggregate(directory: str) -> str:
     table = write_table(rows, directory)["md"].read_text()
     log.info("Task-Prior table of %s:\n%s", directory, table)
     return table
+
+
+def forward_options(cfg: DictConfig) -> dict[str, Any]:
+    """The FeatureExtractor options of the run's forwards: the ``extractor`` block (configs/run_options,
+    :func:`src.features.extractor_options`), with the deprecated top-level ``max_batch`` as ``extractor.max_batch``
+    (a FutureWarning; refused where both are set and differ)."""
+    from ..features import extractor_options
+
+    block = OmegaConf.to_container(cfg.extractor, resolve=True) if cfg.get("extractor") is not None else {}
+    if cfg.get("max_batch") is not None:
+        legacy = check_int(cfg.max_batch, "max_batch", 1)
+        given = block.get("max_batch")
+        if given is not None and given != legacy:
+            raise ValueError(
+                f"max_batch={legacy} (deprecated) and extractor.max_batch={given} disagree; set only "
+                f"extractor.max_batch={given}"
+            )
+        warnings.warn(
+            f"max_batch={legacy} is deprecated; use extractor.max_batch={legacy} (configs/run_options/default.yaml, "
+            "shared by every comparison CLI)",
+            FutureWarning,
+            stacklevel=2,
+        )
+        block["max_batch"] = legacy
+    return extractor_options(block)
 
 
 #: keys of the ``data:`` block that are this CLI's own (the rest, with ``data=<option>``, is the data module's)
@@ -77,10 +105,11 @@ def run(cfg: DictConfig) -> str:
     if cfg.get("aggregate"):
         return aggregate(str(cfg.aggregate))
     t0 = time.perf_counter()
-    config = TaskPriorConfig.coerce(OmegaConf.to_container(cfg.task_prior, resolve=True))  # every option checked now
+    # every option checked now; seed null: the run's seed (configs/run_options)
+    config = TaskPriorConfig.coerce(with_run_seed(OmegaConf.to_container(cfg.task_prior, resolve=True), cfg))
     backbones = backbone_list(OmegaConf.to_container(cfg.backbones, resolve=True) if cfg.backbones else None)
     backbone_labels(backbones)  # duplicates refused before any work
-    max_batch = check_int(cfg.max_batch, "max_batch", 1)
+    extractor = forward_options(cfg)
     images = study_images(cfg, config.seed)
     out = check_writable_dir(cfg.paths.output_dir, OUTPUT_DIR_FIX)
     keep_freed_memory()  # reuse freed activation memory (docs/speed.md), as every CLI does
@@ -88,7 +117,7 @@ def run(cfg: DictConfig) -> str:
         backbones,
         config,
         images=images,
-        max_batch=max_batch,
+        extractor=extractor,
         device=cfg.device,
         progress=bool(cfg.progress),
         prior_matrix=cfg.get("prior_matrix", False),  # Fig. 6: every backbone as prior x every one evaluated

@@ -6,12 +6,21 @@ import hashlib
 import logging
 import re
 import secrets
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-__all__ = ["instantiate_list", "job_name", "log_config", "register_resolvers", "run_name", "to_container"]
+__all__ = [
+    "instantiate_list",
+    "job_name",
+    "log_config",
+    "register_resolvers",
+    "run_name",
+    "to_container",
+    "with_run_seed",
+]
 
 log = logging.getLogger("repbench")
 
@@ -63,6 +72,18 @@ register_resolvers()
 def to_container(cfg: Any) -> Any:
     """Plain dicts/lists (checkpoint hparams must be loadable with ``weights_only=True``)."""
     return OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else cfg
+
+
+def with_run_seed(block: Mapping[str, Any] | None, cfg: Any) -> dict[str, Any]:
+    """A method block (its plain fields) with the run's ``seed`` (configs/run_options/default.yaml, shared by the
+    comparison CLIs; checked: an integer >= 0) where the block leaves its own ``seed`` null or unset."""
+    from .checks import check_int
+
+    out = dict(block or {})
+    seed = cfg.get("seed") if cfg is not None else None
+    if out.get("seed") is None and seed is not None:
+        out["seed"] = check_int(seed, "seed", 0)
+    return out
 
 
 def instantiate_list(cfg: DictConfig | None) -> list[Any]:

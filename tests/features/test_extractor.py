@@ -215,14 +215,14 @@ def test_cuda_path_matches_cpu(tmp_path):  # pragma: no cover - no GPU in CI
 
 
 def test_code_defaults_equal_the_yaml():
-    """Defaults live once in configs/: the extractor block of configs/synbench.yaml equals the code defaults
-    (null = the code default, e.g. max_batch = synbench.batch_size = 256)."""
+    """Defaults live once in configs/: the extractor block of configs/run_options/default.yaml (every comparison CLI's)
+    equals the code defaults (null = the code default, e.g. max_batch = FORWARD_BATCH = synbench.batch_size = 256)."""
     import inspect
     from pathlib import Path
 
     from omegaconf import OmegaConf
 
-    cfg = OmegaConf.load(Path(__file__).resolve().parents[2] / "configs" / "synbench.yaml")
+    cfg = OmegaConf.load(Path(__file__).resolve().parents[2] / "configs" / "run_options" / "default.yaml")
     defaults = {k: p.default for k, p in inspect.signature(FeatureExtractor).parameters.items()}
     for key, value in OmegaConf.to_container(cfg.extractor).items():
         assert value is None or value == defaults[key], key

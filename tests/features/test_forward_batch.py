@@ -31,7 +31,6 @@ YAMLS = [
     ("callbacks/spectrum.yaml", "spectrum.max_batch"),
     ("callbacks/task_prior.yaml", "task_prior.max_batch"),
     ("model/task_prior_probe.yaml", "max_batch"),
-    ("task_prior.yaml", "max_batch"),
 ]
 
 
@@ -52,3 +51,14 @@ def test_synbench_batch_size_and_the_yaml_literals_are_the_constant() -> None:
     assert {f.name: f.default for f in dataclasses.fields(SynBenchConfig)}["batch_size"] == FORWARD_BATCH
     for yaml, key in YAMLS:
         assert OmegaConf.select(OmegaConf.load(config_dir() / yaml), key) == FORWARD_BATCH, yaml
+
+
+def test_the_comparison_clis_forward_batch_is_the_constant() -> None:
+    """The comparison CLIs' forward batch is the run options' extractor.max_batch (configs/run_options): null, i.e.
+    no option, so every forward takes its function's default (FORWARD_BATCH); task_prior.yaml's deprecated top-level
+    max_batch (once the literal 256) is null too."""
+    from src.features import extractor_options
+
+    shared = OmegaConf.load(config_dir() / "run_options" / "default.yaml")
+    assert shared.extractor.max_batch is None and "max_batch" not in extractor_options(shared.extractor)
+    assert OmegaConf.load(config_dir() / "task_prior.yaml").max_batch is None
