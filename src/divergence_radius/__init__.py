@@ -6,17 +6,9 @@ thin shells)."""
 
 from .compare import compare_backbones
 from .config import DivergenceRadiusConfig
-from .downstream import (
-    LinearClassifier,
-    ZeroShotClassifier,
-    fit_line,
-    fit_linear_probe,
-    open_clip_zero_shot,
-    regression_mse,
-    zero_shot_weights,
-)
+from .downstream import fit_linear_probe, open_clip_zero_shot
 from .meb import minimum_enclosing_ball
-from .metrics import cosine_robustness, divergence_radius, euclidean_robustness, normalize_embeddings
+from .metrics import cosine_robustness, divergence_radius, euclidean_robustness
 from .protocol import (
     PerturbationCache,
     SweepOutput,
@@ -27,26 +19,22 @@ from .protocol import (
     sweep_sums,
 )
 
+#: the user's names; the classifiers' building blocks (LinearClassifier, ZeroShotClassifier, fit_line,
+#: regression_mse, zero_shot_weights) and normalize_embeddings are imported from their modules
 __all__ = [
     "DivergenceRadiusConfig",
-    "LinearClassifier",
     "PerturbationCache",
     "SweepOutput",
-    "ZeroShotClassifier",
     "cache_perturbations",
     "compare_backbones",
     "cosine_robustness",
     "divergence_radius",
     "euclidean_robustness",
-    "fit_line",
     "fit_linear_probe",
     "minimum_enclosing_ball",
-    "normalize_embeddings",
     "open_clip_zero_shot",
-    "regression_mse",
     "robustness_sweep",
     "sweep_means",
     "sweep_parameters",
     "sweep_sums",
-    "zero_shot_weights",
 ]

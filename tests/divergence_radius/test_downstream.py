@@ -6,17 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from src.divergence_radius import (
-    ZeroShotClassifier,
-    divergence_radius,
-    fit_line,
-    fit_linear_probe,
-    regression_mse,
-    robustness_sweep,
-    sweep_means,
-    sweep_sums,
-    zero_shot_weights,
-)
+from src.divergence_radius import divergence_radius, fit_linear_probe, robustness_sweep, sweep_means, sweep_sums
+from src.divergence_radius.downstream import ZeroShotClassifier, fit_line, regression_mse, zero_shot_weights
 from src.utils.distributed import Shard
 
 F64 = torch.float64
