@@ -160,8 +160,8 @@ def compare_backbones(
     max_batch: int = FORWARD_BATCH,
     device: str | torch.device = "cpu",
     progress: bool | Callable[[str], None] = False,
-    extractor: Mapping[str, Any] | None = None,
     prior_matrix: bool = False,
+    extractor: Mapping[str, Any] | None = None,
 ) -> Report:
     """The Task-Prior probe study of every backbone on the same images -> a Report (``method="task_prior"``, rows =
     :data:`COLUMNS` per backbone, ``results``: {label: row}, figure ``e_vs_accuracy.png``).
@@ -187,8 +187,8 @@ def compare_backbones(
     cfg = TaskPriorConfig.coerce(config)
     prior_spec = cfg.prior_backbone if prior_backbone is None else check_backbone_spec(prior_backbone, "prior_backbone")
     images = digits_images() if images is None else _check_images(images)
-    forward = {"max_batch": max_batch, **extractor_options(extractor)}
     max_batch = check_int(max_batch, "max_batch", 1)
+    forward = {"max_batch": max_batch, **extractor_options(extractor)}
     if not isinstance(prior_matrix, bool):
         raise TypeError(f"prior_matrix must be true or false, got {prior_matrix!r}")
     say = progress_sink(progress)
