@@ -245,12 +245,19 @@ CLI_BLOCKS = [
         "divergence_radius.yaml",
         "divergence_radius",
         "src.divergence_radius.config:DivergenceRadiusConfig",
-        differ={"chunk_size": "32: the chunking of the run quoted in docs/divergence_radius.md (chunks seed draws)"},
+        differ={
+            "chunk_size": "32: the chunking of the run quoted in docs/divergence_radius.md (chunks seed draws)",
+            "seed": "null: the run's seed (configs/run_options/default.yaml, seed: 0 = the code's default)",
+        },
     ),
     CliBlock(
         "divergence_radius.yaml",
         "",
         "src.divergence_radius.compare:compare_backbones",
+        differ={  # the keys of the shared configs/run_options group
+            "progress": "true: a CLI shows its progress; the function is quiet unless asked",
+            "extractor": "the FeatureExtractor options, each at its default (null / auto / false) = the function's None",
+        },
         effective={
             k: _item("src.divergence_radius.compare:DIGITS_SPLIT", k) for k in ("image_size", "n_train", "n_test")
         },

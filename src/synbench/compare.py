@@ -7,6 +7,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+import torch
+
 from ..backbones.spec import BackboneLike, backbone_labels, backbone_list, build_backbone, check_buildable
 from ..utils.progress import progress_sink
 from ..utils.report_writer import Report
@@ -16,15 +18,6 @@ from .runner import SynBenchResult, synbench
 __all__ = ["INPUT_SIZE_FIX", "compare_backbones", "comparison_markdown", "comparison_figures", "comparison_report"]
 
 INPUT_SIZE_FIX = "set input_size=null for each backbone's native size, or a size such as 64"
-
-
-def as_config(config: SynBenchConfig | Mapping[str, Any] | None) -> SynBenchConfig:
-    """``config`` as a SynBenchConfig (a mapping holds its fields; None = the official defaults)."""
-    if config is None or isinstance(config, SynBenchConfig):
-        return config or SynBenchConfig()
-    if not isinstance(config, Mapping):
-        raise TypeError(f"config must be a SynBenchConfig or a mapping of its fields, got {type(config).__name__}")
-    return SynBenchConfig(**dict(config))
 
 
 def compare_backbones(
@@ -50,12 +43,14 @@ def compare_backbones(
         input_size = check_image_size(input_size, "input_size", INPUT_SIZE_FIX)
     specs = backbone_list(backbones)
     labels = backbone_labels(specs)
-    cfg = as_config(config)
+    cfg = SynBenchConfig.coerce(config)  # the one door: a SynBenchConfig, a mapping of its fields, None = official
     say = progress_sink(progress)
     check_buildable(specs)  # a missing weight file fails now, not after the first backbones ran
     results: dict[str, SynBenchResult] = {}
     for label, spec in zip(labels, specs):
-        bb = build_backbone(spec).eval().to(device)
+        with torch.random.fork_rng(devices=[]):  # random-weight backbones: the same weights in every run of a config
+            torch.manual_seed(cfg.seed)  # (the seed rule of DivergenceRadius's and the Task Prior's comparisons)
+            bb = build_backbone(spec).eval().to(device)
         size = bb.input_size[-1] if input_size is None else input_size
         results[label] = synbench(
             bb.embed, input_shape=(3, size, size), config=cfg, device=device, progress=progress is True,

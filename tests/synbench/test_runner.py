@@ -185,3 +185,17 @@ def test_memory_does_not_grow_with_s():
     # allowance of 1 covers a tensor of the test process itself (the gc sees every object of the process) that is
     # created or freed while the run counts; it cannot hide a per-s growth of 6.
     assert run(8) <= run(2) + 1
+
+
+def test_compare_backbones_seeds_random_weight_backbones_by_the_config_seed() -> None:
+    """A ``pretrained: false`` backbone gets the same weights in every comparison of one config (its seed), as in the
+    DivergenceRadius and Task-Prior comparisons: two runs give equal scores, whatever the global generator did."""
+    from src.synbench.compare import compare_backbones
+
+    cfg = {"s_values": (1.0, 3.0), "n_train": 64, "n_test": 32, "eps": (0.0, 0.2)}
+    net = [{"name": "timm:test_efficientnet", "pretrained": False}]
+    torch.manual_seed(1)
+    a = compare_backbones(net, cfg, input_size=16).rows
+    torch.manual_seed(2)
+    b = compare_backbones(net, cfg, input_size=16).rows
+    assert a == b
