@@ -28,8 +28,9 @@ from ..utils.checks import check_int
 from ..utils.hydra_utils import register_resolvers, with_run_seed  # noqa: F401  (configs/hydra resolvers)
 from ..utils.resources import config_dir
 from ..utils.run_dir import OUTPUT_DIR_FIX, check_writable_dir
+from .compare import compare_backbones
 from .config import TaskPriorConfig
-from .report import collect_rows, compare_backbones, digits_images, write_table
+from .report import collect_rows, digits_images, write_table
 
 log = logging.getLogger("repbench")
 

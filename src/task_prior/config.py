@@ -110,7 +110,7 @@ class TaskPriorConfig(Options):
     def sample_labels(self, prior_features: Any) -> Any:
         """The ``num_tasks`` sampled labelings (num_tasks, n) of the study from the prior's features — Algorithm 1 with
         this config's settings and a generator seeded by ``seed``: the one seed rule of the tasks, shared by
-        :func:`~src.task_prior.report.compare_features` and :class:`~src.models.TaskPriorProbe`."""
+        :func:`~src.task_prior.compare.compare_features` and :class:`~src.models.TaskPriorProbe`."""
         import torch
 
         from .sampler import sample_task_labels

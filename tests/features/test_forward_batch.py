@@ -17,7 +17,7 @@ from src.utils.resources import config_dir
 DEFAULTS = [
     ("src.features.extractor:FeatureExtractor", "max_batch"),
     ("src.synbench.protocol:make_extract", "batch_size"),
-    ("src.task_prior.report:compare_backbones", "max_batch"),
+    ("src.task_prior.compare:compare_backbones", "max_batch"),
     ("src.divergence_radius.protocol:robustness_sweep", "max_batch"),
     ("src.divergence_radius.report:robustness_report", "max_batch"),
     ("src.callbacks.task_prior_callback:TaskPriorCallback", "max_batch"),

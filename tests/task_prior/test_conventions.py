@@ -271,7 +271,7 @@ def test_compare_features_takes_the_convention_and_explicit_options_win():
     """The study's entry point (python -m src.task_prior) resolves the convention once: `repbench` equals the old
     explicit defaults, `paper` equals its settings spelt out, and an explicit option overrides the preset (exact:
     the same float64 operations in the same order)."""
-    from src.task_prior.report import compare_features
+    from src.task_prior.compare import compare_features
 
     g = torch.Generator().manual_seed(3)
     prior = torch.randn(24, 5, generator=g, dtype=torch.float64)

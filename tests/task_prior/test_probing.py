@@ -137,7 +137,8 @@ def test_report_table_and_correlations(tmp_path) -> None:
 
     from scipy.stats import pearsonr, spearmanr
 
-    from src.task_prior.report import collect_rows, compare_features, correlations, write_table
+    from src.task_prior.compare import compare_features
+    from src.task_prior.report import collect_rows, correlations, write_table
 
     g = torch.Generator().manual_seed(0)
     prior = torch.randn(30, 4, generator=g)
