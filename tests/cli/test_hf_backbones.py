@@ -15,6 +15,7 @@ import torch
 from tests.backbones.test_hf import TINY_HF
 
 from .conftest import compose_cfg
+from .test_report_clis import SYNBENCH_TINY
 
 
 def _override(value: object) -> str:
@@ -57,16 +58,7 @@ def test_synbench_cli(tmp_path, clip_folder) -> None:
     table = _run(
         "synbench",
         "synbench.yaml",
-        [
-            f"backbones=[{','.join(nets)}]",
-            "progress=false",
-            "input_size=16",
-            "reduced.s_values=[1.0,3.0]",
-            "reduced.n_train=64",
-            "reduced.n_test=32",
-            "synbench.eps=[0.0,0.4]",
-            "synbench.a_T=[0.7]",
-        ],
+        [f"backbones=[{','.join(nets)}]", *SYNBENCH_TINY[1:]],  # the tiny protocol of the SynBench CLI's tests
         tmp_path,
     )
     assert "hf:tiny-dinov2" in table and f"hf:{clip_folder}" in table
