@@ -25,6 +25,7 @@ from torch import Tensor
 from ..backbones.spec import backbone_labels, backbone_list
 from ..utils.allocator import keep_freed_memory
 from ..utils.checks import check_int
+from ..utils.console import announce_run, quiet_cli
 from ..utils.hydra_utils import register_resolvers, with_run_seed  # noqa: F401  (configs/hydra resolvers)
 from ..utils.resources import config_dir
 from ..utils.run_dir import OUTPUT_DIR_FIX, check_writable_dir
@@ -130,7 +131,9 @@ def run(cfg: DictConfig) -> str:
 
 
 @hydra.main(version_base="1.3", config_path=str(config_dir()), config_name="task_prior.yaml")
+@quiet_cli()  # no third-party advertisements or known-harmless warnings, for this call only (as every RepBench CLI)
 def main(cfg: DictConfig) -> None:
+    announce_run(cfg)  # the first lines, before anything slow
     run(cfg)
 
 

@@ -84,3 +84,23 @@ def test_python_src_train_py_runs_as_a_script_from_anywhere(tmp_path) -> None:
     """lightning-hydra-template's habit: the script puts the repository root on sys.path itself (as rootutils)."""
     out = _run([str(ROOT / "src" / "train.py"), "debug=fast", "--cfg", "job"], tmp_path, cwd=tmp_path)
     assert "_target_: repbench.models.RobustLinearProbe" in out and "timm:test_efficientnet" in out
+
+
+TINY_NET = "backbones=[{name:timm:test_efficientnet,pretrained:false}]"
+COMPARISONS = {
+    "synbench": [TINY_NET, "input_size=16", "reduced.s_values=[1.0,3.0]", "reduced.n_train=64", "reduced.n_test=32",
+                 "synbench.eps=[0.0,0.4]", "synbench.a_T=[0.7]"],
+    "task_prior": [TINY_NET, "task_prior.prior_backbone={name:timm:test_efficientnet,pretrained:false}",
+                   "task_prior.num_tasks=4", "task_prior.epochs=5", "data.num_images=40", "data.image_size=16"],
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("cli", sorted(COMPARISONS))
+def test_a_comparison_cli_says_what_runs_first_and_prints_repbench_lines_only(cli, tmp_path) -> None:
+    """The comparison CLIs open as every RepBench CLI does (the run folder, then the backbones, the run's seed and the
+    overrides) and print no third-party noise (``python -m src.task_prior`` lacked both before)."""
+    out = _run(["-m", f"src.{cli}", *COMPARISONS[cli], f"hydra.run.dir={tmp_path}"], tmp_path)
+    lines = _repbench_lines(out)
+    assert lines[0].startswith(f"RepBench {cli} → ") and "seed 0" in lines[1], lines[:2]
+    noise = [line for line in out.splitlines() if NOISE.search(line) and "No CUDA runtime" not in line]
+    assert not noise, noise
