@@ -224,6 +224,8 @@ class AuditResults:
     downstream_sets: list[str]
     cache_hits: int = 0
     cache_misses: int = 0
+    #: labels of the negative controls: backbones listed with ``pretrained: false`` (random weights)
+    controls: list[str] = field(default_factory=list)
 
 
 _config_settings = config_settings  # the name render.py reads
@@ -329,7 +331,10 @@ def run_audit(
                 state = "cached" if cached[label][part] else f"{seconds[label][part]:.1f} s"
                 say(f"[{done}/{total}] {label}: {part} ({state}; {time.perf_counter() - t_all:.0f} s so far)")
         del bb
-    return AuditResults(cfg, labels, values, seconds, cached, list(downstream or {}), cache.hits, cache.misses)
+    controls = [lab for lab, s in zip(labels, specs) if isinstance(s, Mapping) and s.get("pretrained") is False]
+    return AuditResults(
+        cfg, labels, values, seconds, cached, list(downstream or {}), cache.hits, cache.misses, controls
+    )
 
 
 def default_digits(image_size: int = 64, seed: int = 0) -> tuple[tuple[Tensor, Tensor], tuple[Tensor, Tensor]]:

@@ -35,14 +35,17 @@ def format_value(v: Any) -> str:
     return str(v)
 
 
-def best_rows(rows: Sequence[Mapping[str, Any]], directions: Mapping[str, bool | None]) -> dict[str, set[int]]:
+def best_rows(
+    rows: Sequence[Mapping[str, Any]], directions: Mapping[str, bool | None], exclude: Sequence[int] = ()
+) -> dict[str, set[int]]:
     """{column: indices of the best rows}: the max where higher is better (True), the min where lower is (False);
-    no mark for columns with direction None or fewer than 2 defined values."""
+    no mark for columns with direction None or fewer than 2 defined values. Rows in ``exclude`` (controls) and
+    non-numeric cells (a censored "> x") are never best."""
     out: dict[str, set[int]] = {}
     for col, higher in directions.items():
         if higher is None:
             continue
-        vals = [(i, r.get(col)) for i, r in enumerate(rows)]
+        vals = [(i, r.get(col)) for i, r in enumerate(rows) if i not in exclude]
         vals = [(i, float(v)) for i, v in vals if isinstance(v, (int, float)) and math.isfinite(float(v))]
         if len(vals) < 2:
             continue
@@ -52,10 +55,14 @@ def best_rows(rows: Sequence[Mapping[str, Any]], directions: Mapping[str, bool |
 
 
 def table_html(
-    rows: Sequence[Mapping[str, Any]], columns: Sequence[str], directions: Mapping[str, bool | None] | None = None
+    rows: Sequence[Mapping[str, Any]],
+    columns: Sequence[str],
+    directions: Mapping[str, bool | None] | None = None,
+    exclude: Sequence[int] = (),
 ) -> str:
-    """An HTML table of ``columns``; the best value of each column with a direction is marked (class ``best``)."""
-    best = best_rows(rows, directions or {})
+    """An HTML table of ``columns``; the best value of each column with a direction is marked (class ``best``), rows
+    in ``exclude`` left out of "best"."""
+    best = best_rows(rows, directions or {}, exclude)
     head = "".join(f"<th>{html.escape(c)}</th>" for c in columns)
     body = []
     for i, r in enumerate(rows):
@@ -72,10 +79,13 @@ def table_html(
 
 
 def markdown_table(
-    rows: Sequence[Mapping[str, Any]], columns: Sequence[str], directions: Mapping[str, bool | None] | None = None
+    rows: Sequence[Mapping[str, Any]],
+    columns: Sequence[str],
+    directions: Mapping[str, bool | None] | None = None,
+    exclude: Sequence[int] = (),
 ) -> str:
-    """The same table in Markdown, the best value of each column in bold."""
-    best = best_rows(rows, directions or {})
+    """The same table in Markdown, the best value of each column in bold (rows in ``exclude`` never)."""
+    best = best_rows(rows, directions or {}, exclude)
     lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     for i, r in enumerate(rows):
         cells = []

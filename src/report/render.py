@@ -4,8 +4,10 @@ downstream accuracies, the budget-consistency table and the figures — and the 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping, Sequence
+from html import escape
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +17,7 @@ from ..stats.rank_agreement import Agreement, agreement
 from ..utils.atomic_write import atomic_write_bytes
 from ..utils.report_writer import Report
 from .audit import AuditResults
-from .html import figure_html, markdown_table, page, table_html
+from .html import figure_html, format_value, markdown_table, page, table_html
 
 __all__ = ["direction", "score_rows", "agreements", "budget_choices", "audit_report", "write_audit"]
 
@@ -46,6 +48,26 @@ def _synthetic_columns(results: AuditResults, v: Mapping[str, Any], suffix: str 
         if f"{part.name}{suffix}" in v:
             cols.update(part.call("columns", v[f"{part.name}{suffix}"]))
     return cols
+
+
+def censored_cells(results: AuditResults, suffixes: Sequence[str] | None = None) -> dict[str, set[str]]:
+    """{backbone: columns whose value is only a lower bound}: SDL / ε-SC when the loss-data curve never reaches ε
+    (the baselines part records them as ``lower_bounds``), in the main run or any extra seed (``suffixes``: the
+    parts' suffixes to read; None = the main run and every seed)."""
+    suffixes = ["", *(f"#{k}" for k in results.config.seeds)] if suffixes is None else list(suffixes)
+    out: dict[str, set[str]] = {}
+    for label in results.labels:
+        cols: set[str] = set()
+        for suffix in suffixes:
+            value = results.values[label].get(f"baselines{suffix}")
+            if isinstance(value, Mapping):
+                cols.update(value.get("lower_bounds") or ())
+        out[label] = cols
+    return out
+
+
+#: the verdict of a column without a direction (α-ReQ, Task-Prior Var): τ_b is shown, no reading of it
+NO_DIRECTION = "no direction: τ_b shown, no verdict"
 
 
 def seed_values(results: AuditResults) -> dict[str, dict[str, list[float]]]:
@@ -114,13 +136,17 @@ def agreements(
     n_boot: int = 2000,
     level: float = 0.9,
     per_seed: Mapping[str, Mapping[str, Sequence[float]]] | None = None,
+    censored: Mapping[str, set[str]] | None = None,
 ) -> list[Agreement]:
     """Agreement of every score column with every downstream column across backbones (columns with a missing or
     non-finite value for some backbone are left out: the report lists them as undefined). ``per_seed``: {backbone:
-    {column: values}} — those columns are resampled over seeds within each backbone too."""
+    {column: values}} — those columns are resampled over seeds within each backbone too. ``censored``: {backbone:
+    columns that are only lower bounds}: such a column is left out (:func:`censored_columns` says why on the page).
+    A column without a direction gets τ_b but no verdict (:data:`NO_DIRECTION`)."""
+    cut = {c for cols in (censored or {}).values() for c in cols}
     out = []
     for target in target_columns(rows):
-        for col in score_columns(rows):
+        for col in (c for c in score_columns(rows) if c not in cut):
             xs, ys = [r.get(col) for r in rows], [r.get(target) for r in rows]
             if not all(_is_number(x) for x in xs) or not all(_is_number(y) for y in ys):
                 continue
@@ -129,8 +155,9 @@ def agreements(
                 y: Any = {r["backbone"]: float(r[target]) for r in rows}
             else:
                 x, y = [float(v) for v in xs], [float(v) for v in ys]
-            out.append(agreement(x, y, score_name=col, target_name=target, higher_is_better=direction(col),
-                                 n_boot=n_boot, level=level))  # fmt: skip
+            a = agreement(x, y, score_name=col, target_name=target, higher_is_better=direction(col),
+                          n_boot=n_boot, level=level)  # fmt: skip
+            out.append(a if direction(col) is not None else dataclasses.replace(a, verdict=NO_DIRECTION))
     return out
 
 
@@ -140,6 +167,7 @@ def agreement_matrix(agree: Sequence[Agreement]) -> list[dict[str, Any]]:
     rows: dict[str, dict[str, Any]] = {}
     for a in agree:
         mark = "✓" if a.verdict.startswith("agrees") else "✗" if a.verdict.startswith("ranks") else "·"
+        mark = "–" if a.verdict == NO_DIRECTION else mark
         if math.isnan(a.kendall):
             cell = "n/a"
         else:
@@ -163,8 +191,10 @@ def budget_choices(results: AuditResults, pair: Sequence[str] | None = None) -> 
     a, b = pair
     out = []
     per_n: dict[int, dict[str, dict[str, float]]] = {}
+    cens: dict[int, dict[str, set[str]]] = {}
     for n in budgets:
         per_n[n] = {}
+        cens[n] = censored_cells(results, [f"@{n}"])
         for label in (a, b):
             per_n[n][label] = _synthetic_columns(results, results.values[label], f"@{n}")
     names = [c for c in per_n[budgets[0]][a] if direction(c) is not None]
@@ -173,6 +203,9 @@ def budget_choices(results: AuditResults, pair: Sequence[str] | None = None) -> 
         choices = []
         for n in budgets:
             va, vb = per_n[n][a].get(col), per_n[n][b].get(col)
+            if col in cens[n][a] | cens[n][b]:  # a lower bound cannot order the two
+                row[f"n={n}"] = "censored (> x)"
+                continue
             if not (_is_number(va) and _is_number(vb)) or va == vb:
                 row[f"n={n}"] = "tie / n/a"
                 continue
@@ -183,6 +216,93 @@ def budget_choices(results: AuditResults, pair: Sequence[str] | None = None) -> 
         row["flips"] = len(set(choices)) > 1
         out.append(row)
     return out
+
+
+# ----------------------------------------------------------------------------------------------- the page
+CONTROL_MARK = " (control)"
+
+
+def page_rows(
+    rows: Sequence[Mapping[str, Any]], controls: Sequence[str], censored: Mapping[str, set[str]]
+) -> tuple[list[dict[str, Any]], list[int]]:
+    """(the rows as the page shows them, the indices of the controls): sorted by the first downstream accuracy, best
+    first (a backbone without it last; ties keep the input order); a control's label marked ``(control)``; a
+    censored value shown as ``> x`` (text: never "best")."""
+    targets = target_columns(rows)
+    first = targets[0] if targets else None
+
+    def key(r: Mapping[str, Any]) -> tuple[int, float]:
+        v = r.get(first) if first else None
+        return (0, -float(v)) if _is_number(v) else (1, 0.0)
+
+    shown, exclude = [], []
+    for i, r in enumerate(sorted(rows, key=key) if first else list(rows)):
+        row = dict(r)
+        for col in censored.get(r["backbone"], ()):
+            if _is_number(row.get(col)):
+                row[col] = "> " + format_value(float(row[col]))
+        if r["backbone"] in controls:
+            row["backbone"] = r["backbone"] + CONTROL_MARK
+            exclude.append(i)
+        shown.append(row)
+    return shown, exclude
+
+
+def control_note(rows: Sequence[Mapping[str, Any]], controls: Sequence[str]) -> str:
+    """The score columns on which a random-weight control beats every pretrained backbone, in one sentence (empty
+    when none does, or without controls or pretrained backbones)."""
+    ctrl = [r for r in rows if r["backbone"] in controls]
+    real = [r for r in rows if r["backbone"] not in controls]
+    if not ctrl or not real:
+        return ""
+    beaten = []
+    for col in score_columns(rows):
+        higher = direction(col)
+        if higher is None:
+            continue
+        sign = 1.0 if higher else -1.0
+        best_real = [sign * float(r[col]) for r in real if _is_number(r.get(col))]
+        best_ctrl = [sign * float(r[col]) for r in ctrl if _is_number(r.get(col))]
+        if best_real and best_ctrl and max(best_ctrl) > max(best_real):
+            beaten.append(col)
+    if not beaten:
+        return f"Controls ({', '.join(controls)}: random weights) score below the pretrained backbones on every score."
+    return (
+        f"A random-weight control ({', '.join(controls)}) scores better than every pretrained backbone on "
+        f"{', '.join(beaten)}: there the score does not measure what pretraining adds."
+    )
+
+
+def censored_note(rows: Sequence[Mapping[str, Any]], censored: Mapping[str, set[str]]) -> str:
+    """Which columns hold lower bounds ("> x"), for how many backbones, and what the report does with them."""
+    cols = sorted({c for cs in censored.values() for c in cs})
+    if not cols:
+        return ""
+    parts = [f"{c} for {sum(c in cs for cs in censored.values())} of {len(rows)}" for c in cols]
+    return (
+        f'Lower bounds (shown "> x": the loss-data curve never reached ε): {"; ".join(parts)} backbones. These '
+        "columns are left out of the rank agreement and of the budget choices, and are never marked best."
+    )
+
+
+def verdict_lines(agree: Sequence[Agreement], rows: Sequence[Mapping[str, Any]], controls: Sequence[str]) -> list[str]:
+    """One line per score against the first downstream accuracy: its verdict (agrees / ranks against / cannot tell,
+    with n), and for a score that agrees, the pretrained backbone it picks."""
+    targets = target_columns(rows)
+    if not targets:
+        return []
+    real = [r for r in rows if r["backbone"] not in controls]
+    lines = []
+    for a in (a for a in agree if a.target == targets[0]):
+        line = f"{a.score}: {a.verdict} (n = {a.n})"
+        higher = direction(a.score)
+        if a.verdict.startswith("agrees") and higher is not None:
+            vals = [(float(r[a.score]), r["backbone"]) for r in real if _is_number(r.get(a.score))]
+            if vals:
+                pick = max(vals)[1] if higher else min(vals)[1]
+                line += f"; it picks {pick}"
+        lines.append(line)
+    return lines
 
 
 # ----------------------------------------------------------------------------------------------- figures
@@ -223,11 +343,16 @@ def _figures(results: AuditResults, rows: Sequence[Mapping[str, Any]], agree: Se
 def audit_report(results: AuditResults, n_boot: int = 2000, level: float = 0.9) -> tuple[Report, str]:
     """(the Report — ``report.{md,csv,json}`` and figures — and the self-contained HTML page)."""
     rows = score_rows(results)
-    agree = agreements(rows, n_boot, level, seed_values(results) if results.config.seeds else None)
+    censored = censored_cells(results)
+    agree = agreements(rows, n_boot, level, seed_values(results) if results.config.seeds else None, censored)
     budget = budget_choices(results)
     scores, targets = score_columns(rows, with_descriptive=True), target_columns(rows)
     times = sorted({k for r in rows for k in r if k.startswith("time_")})
-    main_cols = ["backbone", *scores, *targets]
+    # the page: the ground truth leftmost, rows best-first by it, controls marked and never best, lower bounds "> x"
+    main_cols = ["backbone", *targets, *scores]
+    shown, controls = page_rows(rows, results.controls, censored)
+    verdicts = verdict_lines(agree, rows, results.controls)
+    notes = [n for n in (control_note(rows, results.controls), censored_note(rows, censored)) if n]
     dirs = {c: direction(c) for c in main_cols}
     agree_rows = [a.to_dict() for a in agree]
     cfg = results.config
@@ -236,17 +361,23 @@ def audit_report(results: AuditResults, n_boot: int = 2000, level: float = 0.9) 
         f"{len(cfg.synbench.s_values)} s values x ({cfg.synbench.n_train} + {cfg.synbench.n_test}) samples; baselines on "
         f"the same proxy task at s = {cfg.baseline_s:g}"
         + (f"; synthetic scores are means over {1 + len(cfg.seeds)} seeds" if cfg.seeds else "")
-        + ". Best value per column in bold (direction of each score as "
-        "its paper reads it; none for alpha_req, tp_var, synbench_best_eps). Agreement intervals are "
+        + ". Rows best-first by the first downstream accuracy (the ground truth, leftmost). Best value per column in "
+        "bold among the pretrained backbones (direction of each score as its paper reads it; none for alpha_req, "
+        "tp_var, synbench_best_eps). Agreement intervals are "
         f"{level:.0%} bootstrap intervals over backbones: with a handful of backbones they are wide, and the verdict "
         "says when a score cannot be told apart from no agreement."
     )
-    md = [f"# Backbone audit\n\n{intro}\n", "## Ranking\n", markdown_table(rows, main_cols, dirs)]
+    md = [f"# Backbone audit\n\n{intro}\n"]
+    if verdicts or notes:
+        first = f" (against {targets[0]})" if targets else ""
+        md += [f"## Verdict{first}\n", "".join(f"- {line}\n" for line in verdicts), *(f"\n{n}\n" for n in notes)]
+    md += ["\n## Ranking\n", markdown_table(shown, main_cols, dirs, controls)]
     matrix = agreement_matrix(agree)
     matrix_cols = ["score", *targets]
     legend = (
         "Kendall τ_b [bootstrap interval] and permutation p per score and downstream column: ✓ agrees, ✗ ranks against, "
-        "· cannot be separated from no agreement (interval contains 0 or p > 1 − level). Pearson's r and every "
+        "· cannot be separated from no agreement (interval contains 0 or p > 1 − level), – no direction (no verdict). "
+        "Columns holding lower bounds are left out. Pearson's r and every "
         "number: agreement.csv / report.json."
     )
     md += ["\n## Rank agreement with the downstream accuracies\n", legend + "\n", markdown_table(matrix, matrix_cols)]
@@ -270,8 +401,15 @@ def audit_report(results: AuditResults, n_boot: int = 2000, level: float = 0.9) 
     }
     report = Report(method="report", rows=rows, markdown=md_text, data=data, figures=figures,
                     tables={"agreement.csv": agree_rows}, columns=["backbone", *scores, *targets, *times])  # fmt: skip
-    sections = [
-        ("Ranking", table_html(rows, main_cols, dirs)),
+    sections = []
+    if verdicts or notes:
+        items = "".join(f"<li>{escape(line)}</li>" for line in verdicts)
+        sections.append((
+            f"Verdict (against {targets[0]})" if targets else "Verdict",
+            (f"<ul>{items}</ul>" if items else "") + "".join(f'<p class="note">{escape(n)}</p>' for n in notes),
+        ))  # fmt: skip
+    sections += [
+        ("Ranking", table_html(shown, main_cols, dirs, controls)),
         (
             "Rank agreement with the downstream accuracies",
             f'<p class="note">{legend}</p>' + table_html(matrix, matrix_cols),
