@@ -10,7 +10,16 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["best_rows", "figure_html", "format_value", "markdown_table", "page", "table_html"]
+__all__ = [
+    "best_rows",
+    "figure_html",
+    "format_value",
+    "markdown_table",
+    "page",
+    "page_table_html",
+    "table_html",
+    "transposed_table_html",
+]
 
 CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:2em auto;max-width:1200px;color:#222}
@@ -19,6 +28,8 @@ table{border-collapse:collapse;font-size:.85em;margin:.5em 0}th,td{border:1px so
 text-align:left}th{background:#f3f3f3}td.num{text-align:right}td.best{font-weight:bold;
 background:#e6f4e6}figure{display:inline-block;margin:.5em}figcaption{font-size:.8em;color:#555;max-width:560px}
 .note{color:#555;font-size:.9em}.wide{overflow-x:auto;max-width:100%}code{background:#f6f6f6;padding:0 .2em}
+tbody th{text-align:left;font-weight:normal}img{max-width:100%;height:auto}
+@media print{body{max-width:none;margin:0}.wide{overflow:visible}figure{break-inside:avoid}}
 """
 
 
@@ -76,6 +87,48 @@ def table_html(
             cells.append(f"<td{cls}>{html.escape(format_value(v))}</td>")
         body.append("<tr>" + "".join(cells) + "</tr>")
     return f'<div class="wide"><table><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table></div>'
+
+
+#: the most columns a page table shows as given; a wider table is transposed so the page fits a 1280-px window and
+#: prints whole (a 1200-px body, ~100 px per numeric column at 0.85 em)
+MAX_PAGE_COLUMNS = 10
+
+
+def transposed_table_html(
+    rows: Sequence[Mapping[str, Any]],
+    columns: Sequence[str],
+    directions: Mapping[str, bool | None] | None = None,
+    exclude: Sequence[int] = (),
+) -> str:
+    """The table of :func:`table_html` turned on its side: one row per column (after the first), one column per row
+    (headed by the row's first cell, e.g. the backbone), the best value of each row marked."""
+    best = best_rows(rows, directions or {}, exclude)
+    key = columns[0]
+    head = f"<th>{html.escape(key)}</th>" + "".join(f"<th>{html.escape(str(r.get(key)))}</th>" for r in rows)
+    body = []
+    for c in columns[1:]:
+        cells = [f"<th>{html.escape(c)}</th>"]
+        for i, r in enumerate(rows):
+            v = r.get(c)
+            classes = (["num"] if isinstance(v, (int, float)) and not isinstance(v, bool) else []) + (
+                ["best"] if i in best.get(c, ()) else []
+            )
+            cls = f' class="{" ".join(classes)}"' if classes else ""
+            cells.append(f"<td{cls}>{html.escape(format_value(v))}</td>")
+        body.append("<tr>" + "".join(cells) + "</tr>")
+    return f'<div class="wide"><table><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table></div>'
+
+
+def page_table_html(
+    rows: Sequence[Mapping[str, Any]],
+    columns: Sequence[str],
+    directions: Mapping[str, bool | None] | None = None,
+    exclude: Sequence[int] = (),
+) -> str:
+    """:func:`table_html`, transposed when it has more than :data:`MAX_PAGE_COLUMNS` columns and fewer rows."""
+    if len(columns) > MAX_PAGE_COLUMNS and len(rows) < len(columns):
+        return transposed_table_html(rows, columns, directions, exclude)
+    return table_html(rows, columns, directions, exclude)
 
 
 def markdown_table(

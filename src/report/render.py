@@ -17,7 +17,7 @@ from ..stats.rank_agreement import Agreement, agreement
 from ..utils.atomic_write import atomic_write_bytes
 from ..utils.report_writer import Report
 from .audit import AuditResults
-from .html import figure_html, format_value, markdown_table, page, table_html
+from .html import figure_html, format_value, markdown_table, page, page_table_html, table_html
 
 __all__ = ["direction", "score_rows", "agreements", "budget_choices", "audit_report", "write_audit"]
 
@@ -409,7 +409,7 @@ def audit_report(results: AuditResults, n_boot: int = 2000, level: float = 0.9) 
             (f"<ul>{items}</ul>" if items else "") + "".join(f'<p class="note">{escape(n)}</p>' for n in notes),
         ))  # fmt: skip
     sections += [
-        ("Ranking", table_html(shown, main_cols, dirs, controls)),
+        ("Ranking", page_table_html(shown, main_cols, dirs, controls)),
         (
             "Rank agreement with the downstream accuracies",
             f'<p class="note">{legend}</p>' + table_html(matrix, matrix_cols),

@@ -68,3 +68,28 @@ def test_verdict_lines_and_no_verdict_without_a_direction() -> None:
     lines = [line for line in verdict.splitlines() if line.startswith("- ")]
     assert any(line.startswith("- logme: agrees with") and "(n = 5)" in line and "it picks b" in line for line in lines)
     assert any(line.startswith(f"- alpha_req: {NO_DIRECTION}") for line in lines)
+
+
+def test_the_page_fits_its_width_a_wide_ranking_is_transposed() -> None:
+    """Layout rule: no table of the page has more than MAX_PAGE_COLUMNS columns while it has fewer rows than columns
+    (a 1200-px body holds about ten numeric columns at 0.85 em); the ranking of the full report (19 columns for 5
+    backbones) is shown on its side, one column per backbone, best-first, the best of each score still marked."""
+    import re
+
+    from src.report.html import MAX_PAGE_COLUMNS, page_table_html
+
+    rows = [{"backbone": f"b{i}", **{f"s{k}": float(i + k) for k in range(14)}} for i in range(5)]
+    cols = ["backbone", *(f"s{k}" for k in range(14))]
+    out = page_table_html(rows, cols, {c: True for c in cols[1:]}, exclude=[4])
+    head = re.search(r"<thead><tr>(.*?)</tr></thead>", out).group(1)
+    assert head.count("<th>") == 1 + len(rows) <= MAX_PAGE_COLUMNS
+    assert out.count("<tr>") == 1 + 14  # a row per score
+    assert out.count('class="num best"') == 14 and "b3" in head  # b4 (excluded, a control) is never best: b3 is
+    narrow = page_table_html(rows, cols[:6], {})
+    assert re.search(r"<thead><tr>(.*?)</tr></thead>", narrow).group(1).count("<th>") == 6  # as given
+
+    _, html = audit_report(_results(), n_boot=50)
+    for table in re.findall(r"<table>.*?</table>", html, flags=re.S):
+        n_cols = re.search(r"<thead><tr>(.*?)</tr></thead>", table).group(1).count("<th>")
+        n_rows = table.count("<tr>") - 1
+        assert n_cols <= MAX_PAGE_COLUMNS or n_rows >= n_cols
