@@ -28,7 +28,8 @@ table{border-collapse:collapse;font-size:.85em;margin:.5em 0}th,td{border:1px so
 text-align:left}th{background:#f3f3f3}td.num{text-align:right}td.best{font-weight:bold;
 background:#e6f4e6}figure{display:inline-block;margin:.5em}figcaption{font-size:.8em;color:#555;max-width:560px}
 .note{color:#555;font-size:.9em}.wide{overflow-x:auto;max-width:100%}code{background:#f6f6f6;padding:0 .2em}
-tbody th{text-align:left;font-weight:normal}img{max-width:100%;height:auto}
+tbody th{text-align:left;font-weight:normal}thead th{max-width:11em;overflow-wrap:anywhere}
+img{max-width:100%;height:auto}
 @media print{body{max-width:none;margin:0}.wide{overflow:visible}figure{break-inside:avoid}}
 """
 
