@@ -66,6 +66,13 @@ def best_rows(
     return out
 
 
+def _cell(v: Any, best: bool) -> str:
+    """One ``<td>``: numbers right-aligned (class ``num``), the best value of its column or row marked (``best``)."""
+    classes = (["num"] if isinstance(v, (int, float)) and not isinstance(v, bool) else []) + (["best"] if best else [])
+    cls = f' class="{" ".join(classes)}"' if classes else ""
+    return f"<td{cls}>{html.escape(format_value(v))}</td>"
+
+
 def table_html(
     rows: Sequence[Mapping[str, Any]],
     columns: Sequence[str],
@@ -78,15 +85,7 @@ def table_html(
     head = "".join(f"<th>{html.escape(c)}</th>" for c in columns)
     body = []
     for i, r in enumerate(rows):
-        cells = []
-        for c in columns:
-            v = r.get(c)
-            classes = (["num"] if isinstance(v, (int, float)) and not isinstance(v, bool) else []) + (
-                ["best"] if i in best.get(c, ()) else []
-            )
-            cls = f' class="{" ".join(classes)}"' if classes else ""
-            cells.append(f"<td{cls}>{html.escape(format_value(v))}</td>")
-        body.append("<tr>" + "".join(cells) + "</tr>")
+        body.append("<tr>" + "".join(_cell(r.get(c), i in best.get(c, ())) for c in columns) + "</tr>")
     return f'<div class="wide"><table><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table></div>'
 
 
@@ -108,15 +107,8 @@ def transposed_table_html(
     head = f"<th>{html.escape(key)}</th>" + "".join(f"<th>{html.escape(str(r.get(key)))}</th>" for r in rows)
     body = []
     for c in columns[1:]:
-        cells = [f"<th>{html.escape(c)}</th>"]
-        for i, r in enumerate(rows):
-            v = r.get(c)
-            classes = (["num"] if isinstance(v, (int, float)) and not isinstance(v, bool) else []) + (
-                ["best"] if i in best.get(c, ()) else []
-            )
-            cls = f' class="{" ".join(classes)}"' if classes else ""
-            cells.append(f"<td{cls}>{html.escape(format_value(v))}</td>")
-        body.append("<tr>" + "".join(cells) + "</tr>")
+        cells = "".join(_cell(r.get(c), i in best.get(c, ())) for i, r in enumerate(rows))
+        body.append(f"<tr><th>{html.escape(c)}</th>{cells}</tr>")
     return f'<div class="wide"><table><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table></div>'
 
 
