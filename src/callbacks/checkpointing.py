@@ -124,23 +124,22 @@ def _other(name: str) -> type | None:
     return None
 
 
-def metric_producer(name: str) -> type | None:
-    """The torchmetric class whose value is logged under ``name`` (matched on its last two segments, any prefix:
-    ``val/synbench/score`` -> :class:`~src.metrics.SynBenchScore`), or None for a name no RepBench metric logs."""
+def _produced(name: str) -> tuple[type | None, bool | None]:
+    """(the torchmetric that logs ``name``, the direction of that value): a method's :class:`~src.methods.Score` row
+    (its direction, its metric or the method's), else a monitor outside METHODS (its metric's flag); (None, None)."""
     found = logged_score(name)
     if found is not None:
         spec, score = found
-        return resolve(score.metric) if score.metric is not None else spec.load("metric")
-    return _other(name)
+        metric = resolve(score.metric) if score.metric is not None else spec.load("metric")
+        return metric, score.higher_is_better
+    other = _other(name)
+    return other, getattr(other, "higher_is_better", None)
 
 
-def _own_direction(name: str) -> bool | None:
-    """The direction of the logged ``name``: its method's :class:`~src.methods.Score` row, else its metric's flag."""
-    found = logged_score(name)
-    if found is not None:
-        return found[1].higher_is_better
-    producer = _other(name)
-    return getattr(producer, "higher_is_better", None) if producer is not None else None
+def metric_producer(name: str) -> type | None:
+    """The torchmetric class whose value is logged under ``name`` (matched on its last two segments, any prefix:
+    ``val/synbench/score`` -> :class:`~src.metrics.SynBenchScore`), or None for a name no RepBench metric logs."""
+    return _produced(name)[0]
 
 
 def metric_direction(name: str, directions: Mapping[str, str] | None = None) -> str:
@@ -151,8 +150,8 @@ def metric_direction(name: str, directions: Mapping[str, str] | None = None) -> 
     given = (directions or {}).get(name)
     if given is not None and given not in ("max", "min"):
         raise ValueError(f"directions[{name!r}] must be 'max' or 'min', got {given!r}")
-    producer = metric_producer(name)
-    own = _MODES.get(_own_direction(name)) if producer is not None else None
+    producer, higher = _produced(name)
+    own = _MODES.get(higher)
     if own is not None and given is not None and given != own:
         raise ValueError(
             f"directions[{name!r}]={given!r} contradicts {producer.__name__}.higher_is_better={own == 'max'} for this "

@@ -188,7 +188,3 @@ class MethodSpec:
         }
         return dirs.pop() if len(dirs) == 1 else None
 
-
-def part_names(methods: Mapping[str, MethodSpec]) -> tuple[str, ...]:
-    """Every audit part of ``methods``, in table order."""
-    return tuple(p.name for m in methods.values() for p in m.audit_parts)

@@ -228,9 +228,6 @@ class AuditResults:
     controls: list[str] = field(default_factory=list)
 
 
-_config_settings = config_settings  # the name render.py reads
-
-
 def run_audit(
     backbones: Sequence[BackboneLike],
     config: AuditConfig | None = None,
