@@ -23,6 +23,15 @@ __all__ = ["METHODS", "column_direction", "descriptive_columns", "logged_score",
 
 _P = ".methods.audit_parts:"
 
+
+def _part(name: str, *, figure_name: str = "", **fields: object) -> AuditPart:
+    """A built-in audit part: its functions are ``<name>_run`` / ``_settings`` / ``_columns`` / ``_check`` (and
+    ``_figure`` with a ``figure_name``) of :mod:`src.methods.audit_parts`."""
+    ref = f"{_P}{name}_"
+    figure = {"figure": ref + "figure", "figure_name": figure_name} if figure_name else {}
+    return AuditPart(name, ref + "run", ref + "settings", ref + "columns", check=ref + "check", **figure, **fields)
+
+
 SYNBENCH = MethodSpec(
     name="synbench",
     options=SynBenchConfig,
@@ -35,28 +44,19 @@ SYNBENCH = MethodSpec(
         Score("best_eps", None, column="synbench_best_eps", descriptive=True, doc="the ε of the best score"),
     ),
     audit_parts=(
-        AuditPart(
+        _part(
             "synbench",
-            _P + "synbench_run",
-            _P + "synbench_settings",
-            _P + "synbench_columns",
-            check=_P + "synbench_check",
             synthetic=True,
-            figure=_P + "synbench_figure",
             figure_name="curves.png",
             caption="SynBench: expected scaled bound E(a_t) at ε = 0 per backbone, with the input-space reference",
         ),
-        AuditPart(
+        _part(
             "baselines",
-            _P + "baselines_run",
-            _P + "baselines_settings",
-            _P + "baselines_columns",
-            check=_P + "baselines_check",
             direction=".baselines.registry:baseline_direction",
             synthetic=True,
             note=_P + "cost_note",
         ),
-    ),  # fmt: skip
+    ),
     doc="SynBench (Ko et al., ICML 2024, arXiv:2210.02989): robustness-accuracy trade-off on class-conditional "
     "Gaussian data against the closed-form reference",
 )
@@ -75,22 +75,17 @@ DIVERGENCE_RADIUS = MethodSpec(
             family="cosine_robustness",
             metric=".metrics.divergence_radius:CosineRobustness",
             doc="mean R_cs",
-        ),  # fmt: skip
+        ),
         Score("r_dr_mean", False, column="r_dr_mean", doc="mean R_dr over perturbations"),
         Score("r_cs_mean", False, family="cosine_robustness", column="r_cs_mean", doc="mean R_cs over perturbations"),
     ),
     audit_parts=(
-        AuditPart(
+        _part(
             "divergence_radius",
-            _P + "divergence_radius_run",
-            _P + "divergence_radius_settings",
-            _P + "divergence_radius_columns",
-            check=_P + "divergence_radius_check",
-            figure=_P + "divergence_radius_figure",
             figure_name="r_dr_by_perturbation.png",
             caption="DivergenceRadius: mean R_dr per perturbation (lower = more robust embeddings)",
         ),
-    ),  # fmt: skip
+    ),
     audit_prepare=_P + "divergence_radius_prepare",
     doc="DivergenceRadius (Liu et al., arXiv:2604.14973): how far embeddings move under common perturbations",
 )
@@ -111,22 +106,17 @@ TASK_PRIOR = MethodSpec(
             column="tp_acc_mean",
             metric=".metrics.task_prior:TaskAccuracies",
             doc="mean held-out probe accuracy over sampled tasks",
-        ),  # fmt: skip
+        ),
         Score("acc_*", None, metric=".metrics.task_prior:TaskAccuracies", doc="spread and quantiles of it"),
         Score("*", None, doc="any other value of the family"),
     ),
     audit_parts=(
-        AuditPart(
+        _part(
             "task_prior",
-            _P + "task_prior_run",
-            _P + "task_prior_settings",
-            _P + "task_prior_columns",
-            check=_P + "task_prior_check",
-            figure=_P + "task_prior_figure",
             figure_name="task_prior_z.png",
             caption="Task Priors: z = E / √Var of the kernel alignment under the prior",
         ),
-    ),  # fmt: skip
+    ),
     audit_prepare=_P + "task_prior_prepare",
     module_logs=True,  # TaskPriorProbe logs val/task_prior/* itself
     doc="Task Priors (Patel & Balestriero, arXiv:2507.09871): expected kernel alignment over tasks sampled from a "
