@@ -187,4 +187,3 @@ class MethodSpec:
             if (s.family or self.name) == (family or self.name) and not s.descriptive
         }
         return dirs.pop() if len(dirs) == 1 else None
-
