@@ -30,8 +30,10 @@ from ..synbench.protocol import frozen, make_extract
 from ..synbench.runner import sampling_device
 from ..utils.checks import check_features, check_labels, check_real
 from ..utils.threads import torch_threads
-from .loss_data import Bound, loss_data_curve
+from .conventions import check_convention
+from .loss_data import UNITS, Bound, LossDataCurve, loss_data_curve
 from .registry import ALL_BASELINES, BaselineSpec, select_baselines
+from .reprieve import ReprieveProbe, reprieve_curve
 
 __all__ = ["synthetic_task", "baseline_scores", "BaselineScores", "ALL_BASELINES"]
 
@@ -93,17 +95,34 @@ def baseline_scores(
     *,
     eps: Sequence[float] = (1.0,),
     seed: int = 0,
-    mdl_convention: str = "online",
+    convention: str = "repbench",
+    mdl_convention: str | None = None,
     units: str = "nats",
     curve_sizes: Sequence[int] | None = None,
+    probe: ReprieveProbe | None = None,
+    device: Any = "cpu",
     threads: int | None = 1,
 ) -> BaselineScores:
     """Every baseline in ``which`` (None: every row of :data:`src.baselines.registry.BASELINES`) on one task, in table
-    order: LogME, SFDA, RankMe and α-ReQ on the training set; the loss-data curve trained on the training set and
-    validated on the test set (val loss, MDL, SDL and ε-SC at each ε of ``eps``; the paper's Table 7 uses ε = 1).
-    Keys: the scores without ε, then per ε of ``eps`` the ``name@ε`` ones. ``threads``: torch CPU threads while
-    scoring (1, default, as SynBench's ``linalg_threads``: robust on a busy CPU, and the timings compare like with
-    like; None leaves torch's setting). See :class:`BaselineScores`."""
+    order: LogME, SFDA, RankMe and α-ReQ on the training set, then the loss-data-curve scores (val loss, MDL, SDL and
+    ε-SC at each ε of ``eps``; the paper's Table 7 uses ε = 1). Keys: the scores without ε, then per ε of ``eps`` the
+    ``name@ε`` ones. See :class:`BaselineScores`.
+
+    ``convention`` (:data:`src.baselines.conventions.CONVENTIONS`): ``"repbench"`` — the curve of a logistic
+    regression trained on the training set and validated on the test set (sizes ``curve_sizes``, default
+    :func:`~src.baselines.log_grid`; subsets from ``seed``), online MDL, the exact LogME / SFDA; ``"paper"`` — the
+    SynBench paper's code: reprieve's MLP curve on its split of the training set (``probe``: its settings, default
+    :class:`~src.baselines.reprieve.ReprieveProbe`, trained on ``device``; the test set is not used; ``curve_sizes``
+    and ``seed`` do not apply), reprieve's MDL, the authors' LogME and SFDA. ``mdl_convention``: override the
+    convention's MDL convention ("online" / "reprieve"). ``threads``: torch CPU threads while scoring (1, default,
+    as SynBench's ``linalg_threads``: robust on a busy CPU, and the timings compare like with like; None leaves
+    torch's setting); reprieve's MLP trains with torch's setting."""
+    conv = check_convention(convention)
+    if conv.curve == "reprieve" and curve_sizes is not None:
+        raise ValueError(
+            "curve_sizes does not apply to convention='paper' (reprieve chooses its sizes: probe.n_points); "
+            "pass curve_sizes=None, or convention='repbench'"
+        )
     specs = select_baselines(which)
     z = check_features(train_z, "train_z", min_rows=2, dtype=torch.float64)
     y, _ = check_labels(train_y, z.shape[0], None, "train_y")
@@ -112,15 +131,18 @@ def baseline_scores(
     lower: set[str] = set()
     inputs: dict[str, tuple[Any, ...]] = {"features": (z,), "features+labels": (z, y)}
 
+    def curve() -> LossDataCurve:
+        if conv.curve == "logistic":
+            return loss_data_curve(z, y, test_z, test_y, sizes=curve_sizes, seed=seed, units=units)
+        if units not in UNITS:
+            raise ValueError(f"units must be one of {sorted(UNITS)}, got {units!r}")
+        nats = reprieve_curve(train_z, y, probe, device=device)
+        return LossDataCurve(nats.sizes, tuple(v * UNITS[units] for v in nats.losses), nats.num_classes, units)
+
     def needs(spec: BaselineSpec) -> tuple[Any, ...]:
         if spec.needs not in inputs:  # the curve: computed once, by the first score that needs it
-            curve = _timed(
-                seconds,
-                "loss_data_curve",
-                lambda: loss_data_curve(z, y, test_z, test_y, sizes=curve_sizes, seed=seed, units=units),
-                threads,
-            )
-            inputs["curve"] = (curve,)
+            on_threads = threads if conv.curve == "logistic" else None
+            inputs["curve"] = (_timed(seconds, "loss_data_curve", curve, on_threads),)
         return inputs[spec.needs]
 
     def record(key: str, out: Any) -> None:
@@ -131,7 +153,7 @@ def baseline_scores(
         else:
             values[key] = float(out)
 
-    options = {"convention": mdl_convention}
+    options = {"convention": mdl_convention or conv.mdl, "authors": conv.authors}
     for spec in specs:
         args = needs(spec)
         if spec.takes_eps:

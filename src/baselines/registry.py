@@ -11,7 +11,9 @@ columns' directions, :func:`baseline_direction`) and the torchmetrics (:mod:`src
   set and validated on the test set, computed once for every score that needs it (timed as ``"loss_data_curve"``).
 
 ``options``: keyword arguments ``fn`` also takes from :func:`~src.baselines.baseline_scores` — ``"eps"`` (the score
-is keyed ``name@ε``, one value per ε of ``eps=``) and ``"convention"`` (the MDL convention, ``mdl_convention=``).
+is keyed ``name@ε``, one value per ε of ``eps=``), ``"convention"`` (the MDL convention of the baselines' convention,
+:data:`src.baselines.conventions.CONVENTIONS`, or ``mdl_convention=``) and ``"authors"`` (the authors' code: True
+under the ``paper`` convention).
 ``fn`` returns a float, or a :class:`~src.baselines.Bound` whose ``lower_bound`` marks the key in ``.lower_bounds``.
 """
 
@@ -50,7 +52,8 @@ NEEDS = MappingProxyType(
 OPTIONS = MappingProxyType(
     {
         "eps": "eps=ε, one key name@ε per ε of baseline_scores(eps=...)",
-        "convention": "convention=baseline_scores(mdl_convention=...), the MDL convention",
+        "convention": "convention=the MDL convention (the baselines' convention's, or baseline_scores(mdl_convention=...))",
+        "authors": "authors=True under the paper convention: the authors' code (LogME, SFDA)",
     }
 )
 
@@ -96,8 +99,10 @@ BASELINES: MappingProxyType[str, BaselineSpec] = MappingProxyType(
     {
         s.name: s
         for s in (
-            BaselineSpec("logme", logme, "features+labels", True, "LogME, You et al., ICML 2021 (arXiv:2102.11005)"),
-            BaselineSpec("sfda", sfda, "features+labels", True, "SFDA, Shao et al., ECCV 2022 (arXiv:2207.03036)"),
+            BaselineSpec("logme", logme, "features+labels", True, "LogME, You et al., ICML 2021 (arXiv:2102.11005)",
+                         ("authors",)),
+            BaselineSpec("sfda", sfda, "features+labels", True, "SFDA, Shao et al., ECCV 2022 (arXiv:2207.03036)",
+                         ("authors",)),
             BaselineSpec("rankme", rankme, "features", True, "RankMe, Garrido et al., ICML 2023 (arXiv:2210.02885)"),
             BaselineSpec("alpha_req", alpha_req, "features", None, "α-ReQ, Agrawal et al., NeurIPS 2022 (α ≈ 1 best)"),
             BaselineSpec("val_loss", val_loss, "curve", False, "validation loss, Whitney et al. (arXiv:2009.07368)"),
