@@ -96,7 +96,7 @@ COMPOSED = {
     "python -m src.task_prior prior_matrix=true": REAL_WEIGHTS,
     "python -m src.train experiment=monitor_pretraining callbacks=[default,task_prior]": MONITORED,
     "python -m src.report": REAL_WEIGHTS,
-    "python -m src.report budgets=[2048,8192]": REAL_WEIGHTS,
+    "python -m src.report budgets.sizes=[2048,8192]": REAL_WEIGHTS,
     "python -m src.report report_preset=synbench_paper": OFFICIAL,
     "python -m src.report report_preset=task_priors_paper": OFFICIAL,
     "python -m src.report report_preset=synbench_paper 'downstream.sets=[{option: cifar10, download: true}]'": OFFICIAL,

@@ -81,8 +81,9 @@ def seed_values(results: AuditResults) -> dict[str, dict[str, list[float]]]:
 
 
 def score_rows(results: AuditResults) -> list[dict[str, Any]]:
-    """One flat row per backbone: every score (synthetic ones: the mean over seeds), every downstream accuracy
-    (``<set>/<metric>``) and the time of each part (``time_<part>_s``)."""
+    """One flat row per backbone: every score (synthetic ones: the mean over seeds), the external ground truth
+    (``<task>/external``, ``downstream.external``) and every downstream accuracy (``<set>/<metric>``), and the time of
+    each part (``time_<part>_s``)."""
     rows = []
     seeds = seed_values(results)
     for label in results.labels:
@@ -93,6 +94,8 @@ def score_rows(results: AuditResults) -> list[dict[str, Any]]:
         for part in _method_parts(results, synthetic=False):
             if part.name in v:
                 row.update(part.call("columns", v[part.name]))
+        if results.external is not None:
+            row.update(results.external.values.get(label, {}))
         for name, accs in v.get("downstream", {}).items():
             row.update({f"{name}/{k}": a for k, a in accs.items()})
         for part, sec in results.seconds[label].items():
@@ -124,11 +127,14 @@ def score_columns(rows: Sequence[Mapping[str, Any]], with_descriptive: bool = Fa
 
 
 def target_columns(rows: Sequence[Mapping[str, Any]]) -> list[str]:
-    """The downstream accuracy columns (``<set>/<metric>``)."""
+    """The ground-truth columns: the external ones first (``<task>/external``, their average leading), then the
+    downstream accuracies (``<set>/<metric>``), each in order of appearance."""
+    from .external import SUFFIX
+
     cols: list[str] = []
     for r in rows:
         cols += [k for k in r if "/" in k and k not in cols]
-    return cols
+    return sorted(cols, key=lambda c: not c.endswith("/" + SUFFIX))
 
 
 def agreements(
@@ -138,14 +144,17 @@ def agreements(
     per_seed: Mapping[str, Mapping[str, Sequence[float]]] | None = None,
     censored: Mapping[str, set[str]] | None = None,
 ) -> list[Agreement]:
-    """Agreement of every score column with every downstream column across backbones (columns with a missing or
-    non-finite value for some backbone are left out: the report lists them as undefined). ``per_seed``: {backbone:
+    """Agreement of every score column with every downstream column across the backbones that have a value of that
+    downstream column (an external accuracy may be missing for some; the agreement's n says how many), a score
+    column with a missing or non-finite value for one of them being left out (the report lists it as undefined). ``per_seed``: {backbone:
     {column: values}} — those columns are resampled over seeds within each backbone too. ``censored``: {backbone:
     columns that are only lower bounds}: such a column is left out (:func:`censored_columns` says why on the page).
     A column without a direction gets τ_b but no verdict (:data:`NO_DIRECTION`)."""
     cut = {c for cols in (censored or {}).values() for c in cols}
     out = []
-    for target in target_columns(rows):
+    every = rows
+    for target in target_columns(every):
+        rows = [r for r in every if _is_number(r.get(target))]
         for col in (c for c in score_columns(rows) if c not in cut):
             xs, ys = [r.get(col) for r in rows], [r.get(target) for r in rows]
             if not all(_is_number(x) for x in xs) or not all(_is_number(y) for y in ys):
@@ -178,15 +187,17 @@ def agreement_matrix(agree: Sequence[Agreement]) -> list[dict[str, Any]]:
 
 def budget_choices(results: AuditResults, pair: Sequence[str] | None = None) -> list[dict[str, Any]]:
     """The paper's Fig. 5 / Table 8 check: for each synthetic score and each budget n, which backbone of ``pair``
-    (default: the two best by the first downstream accuracy, else the first two) the score prefers; ``flips`` says
-    whether the choice changes with n."""
+    (default: the config's ``budget_pair``, else the two best by the first ground-truth column, else the first two)
+    the score prefers; ``flips`` says whether the choice changes with n."""
     budgets = results.config.budgets
     if not budgets or len(results.labels) < 2:
         return []
     rows = score_rows(results)
+    pair = pair or results.config.budget_pair
     if pair is None:
         targets = target_columns(rows)
-        order = sorted(rows, key=lambda r: -float(r[targets[0]])) if targets else rows
+        has = [r for r in rows if targets and _is_number(r.get(targets[0]))]
+        order = sorted(has, key=lambda r: -float(r[targets[0]])) + [r for r in rows if r not in has]
         pair = [order[0]["backbone"], order[1]["backbone"]]
     a, b = pair
     out = []
@@ -352,7 +363,8 @@ def audit_report(results: AuditResults, n_boot: int = 2000, level: float = 0.9) 
     main_cols = ["backbone", *targets, *scores]
     shown, controls = page_rows(rows, results.controls, censored)
     verdicts = verdict_lines(agree, rows, results.controls)
-    notes = [n for n in (control_note(rows, results.controls), censored_note(rows, censored)) if n]
+    external = results.external.note() if results.external is not None else ""
+    notes = [n for n in (external, control_note(rows, results.controls), censored_note(rows, censored)) if n]
     dirs = {c: direction(c) for c in main_cols}
     agree_rows = [a.to_dict() for a in agree]
     cfg = results.config
@@ -361,7 +373,9 @@ def audit_report(results: AuditResults, n_boot: int = 2000, level: float = 0.9) 
         f"{len(cfg.synbench.s_values)} s values x ({cfg.synbench.n_train} + {cfg.synbench.n_test}) samples; baselines on "
         f"the same proxy task at s = {cfg.baseline_s:g}"
         + (f"; synthetic scores are means over {1 + len(cfg.seeds)} seeds" if cfg.seeds else "")
-        + ". Rows best-first by the first downstream accuracy (the ground truth, leftmost). Best value per column in "
+        + (f" ({cfg.baseline_convention} convention: the SynBench paper's code)" if cfg.baseline_probe else "")
+        + ". Rows best-first by the first ground-truth column (leftmost: downstream.external's, else the first "
+        "downstream accuracy). Best value per column in "
         "bold among the pretrained backbones (direction of each score as its paper reads it; none for alpha_req, "
         "tp_var, synbench_best_eps). Agreement intervals are "
         f"{level:.0%} bootstrap intervals over backbones: with a handful of backbones they are wide, and the verdict "
@@ -395,6 +409,7 @@ def audit_report(results: AuditResults, n_boot: int = 2000, level: float = 0.9) 
         "rows": rows,
         "agreement": agree_rows,
         "budget_choices": budget,
+        **({"external": dataclasses.asdict(results.external)} if results.external is not None else {}),
         "values": results.values,
         "seconds": results.seconds,
         "cached": results.cached,

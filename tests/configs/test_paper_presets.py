@@ -96,8 +96,8 @@ def test_report_presets_compose_into_a_valid_audit(preset, tmp_path) -> None:
     if preset == "task_priors_paper":
         assert config.task_prior.prior_backbone["name"] == PAPER_BACKBONES["timm_efficientnet_b5"]
         assert config.task_prior.convention == "paper"
-    overridden = compose_cfg("report.yaml", [f"report_preset={preset}", "budgets=[64]"], tmp_path)
-    assert list(overridden.budgets) == [64]  # the command line still wins over the preset
+    overridden = compose_cfg("report.yaml", [f"report_preset={preset}", "budgets.sizes=[64]"], tmp_path)
+    assert list(overridden.budgets.sizes) == [64]  # the command line still wins over the preset
 
 
 @pytest.fixture

@@ -1,7 +1,8 @@
 """The report built from the ``METHODS`` table reproduces the report of the code before the table (commit 637111d,
 ``src/report/audit.py`` with one branch per method): same parts in the same order, same columns in the same order,
 same values, same agreement and budget tables, same figures — apart from issue 27's deliberate changes to the
-agreement and budget tables (censored columns, columns without a direction), applied to the golden in the test. ``data/audit_golden.json`` was written by that commit on
+agreement and budget tables (censored columns, columns without a direction) and its new settings (at their
+defaults), applied to the golden in the test. ``data/audit_golden.json`` was written by that commit on
 the inputs below (tiny random timm backbones, every part, one extra seed, two budgets).
 
 Tolerance: the numbers are float64 statistics of float32 forwards; on the machine that wrote the golden they are
@@ -88,4 +89,11 @@ def test_the_table_driven_report_reproduces_the_report_before_the_table() -> Non
                 assert old["score"] in set().union(*censored_cells(res, [f"@{n}"]).values())
                 old[key] = cell
         old["flips"] = new["flips"] if any(v == "censored (> x)" for v in new.values()) else old["flips"]
+    # and its new settings, at their defaults (the default report is unchanged by them): the baselines' convention
+    # and probe (issue 27 item 2) after baseline_eps, the compared pair after budgets
+    new = {
+        "baseline_eps": {"baseline_convention": "repbench", "baseline_probe": None},
+        "budgets": {"budget_pair": None},
+    }
+    golden["config"] = {k2: v2 for k, v in golden["config"].items() for k2, v2 in {k: v, **new.get(k, {})}.items()}
     _close(golden, json.loads(json.dumps(got)))

@@ -89,7 +89,7 @@ def test_bad_settings_fail_before_any_work(tmp_path) -> None:
         ("baselines.which=[logme,magic]", r"baselines \['magic'\] unknown"),
         ("downstream.sets=[nosuchdata]", r"no data config 'nosuchdata'"),
         ("divergence_radius.m=0", r"m must be"),
-        ("budgets=[1]", r"budgets must be integers >= 2"),
+        ("budgets.sizes=[1]", r"budgets must be integers >= 2"),
         ("downstream.sets=[photos]", r"'photos' is not a downstream set: .*test crops come from photos of their own"),
         ("downstream.sets=[{option:photos}]", r"'photos' is not a downstream set"),
         ("baselines.eps=[0]", r"baselines\.eps\) must be a non-empty list of finite numbers > 0"),  # R33
