@@ -60,6 +60,8 @@ def test_wheel_holds_one_package_with_its_configs(wheel):
     yamls = {n.removeprefix("repbench/configs/") for n in names if n.endswith(".yaml")}
     assert yamls == {str(p.relative_to(ROOT / "configs")) for p in (ROOT / "configs").rglob("*.yaml")}
     assert "repbench/train.py" in names and "repbench/callbacks/synbench_callback.py" in names
+    csvs = {n.removeprefix("repbench/report/data/") for n in names if n.endswith(".csv")}
+    assert csvs == {p.name for p in (ROOT / "src" / "report" / "data").glob("*.csv")}  # downstream.external tables
     entry_points = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith("entry_points.txt"))).decode()
     for script in (
         "repbench-train",

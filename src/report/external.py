@@ -8,7 +8,12 @@ Each task becomes a ground-truth column ``<task>/external`` of the report, and w
 rows are sorted and verdicts are read. A backbone is matched by its report label exactly (the ``backbones`` entry's
 name, e.g. ``timm:vit_base_patch16_224.augreg_in21k_ft_in1k``); rows of backbones not in the report are ignored and a
 report backbone without rows has no value there — the page says which. Accuracies are used as given (fractions or
-percent: the rank agreement does not care; Pearson's r neither)."""
+percent: the rank agreement does not care; Pearson's r neither).
+
+Bundled tables (:data:`BUNDLED`, ``downstream.external=<name>``): ``synbench_paper_27_tasks`` — the mean linear-probe
+accuracy over the 27 tasks of the SynBench paper's Table 7 (ViT-B/16, ViT-L/16, ViT-B/32 under the labels of
+``report_preset=synbench_paper``; the two SimCLRv2 ResNets under ``timm:resnet50`` / ``timm:resnet101``, the labels
+they get when added with ``checkpoint_path`` of converted weights, docs/report.md)."""
 
 from __future__ import annotations
 
@@ -18,12 +23,20 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["ExternalTruth", "load_external", "AVERAGE", "SUFFIX"]
+__all__ = ["ExternalTruth", "load_external", "external_path", "AVERAGE", "BUNDLED", "SUFFIX"]
 
 #: the column suffix of an external task (``<task>/external``) and the name of the mean over tasks
 SUFFIX = "external"
 AVERAGE = "average"
 _REQUIRED = ("backbone", "task", "accuracy")
+_DATA = Path(__file__).parent / "data"
+#: the tables shipped with RepBench, by name (``downstream.external=<name>``)
+BUNDLED = {p.stem: p for p in sorted(_DATA.glob("*.csv"))}
+
+
+def external_path(value: str | Path) -> Path:
+    """The CSV of ``downstream.external``: a bundled table's name (:data:`BUNDLED`), else a path."""
+    return BUNDLED.get(str(value), Path(value))
 
 
 @dataclass(frozen=True)
@@ -59,15 +72,15 @@ def _fail(path: Path, what: str) -> ValueError:
 
 
 def load_external(path: str | Path, labels: Sequence[str]) -> ExternalTruth:
-    """Read and check the CSV at ``path`` against the report's backbone ``labels`` (module docstring): a
+    """Read and check the CSV at ``path`` (or the bundled table of that name) against the report's backbone ``labels`` (module docstring): a
     FileNotFoundError / ValueError naming the file, the line and the fix for a missing file, a missing column, a
     blank or non-finite accuracy, a repeated (backbone, task), a task named ``average`` next to others, or a file
     that matches none of the labels — before any backbone is computed."""
-    path = Path(path)
+    path = external_path(path)
     if not path.is_file():
         raise FileNotFoundError(
-            f"downstream.external={path}: no such file; pass the path of a CSV with the columns backbone,task,accuracy "
-            "(or downstream.external=null)"
+            f"downstream.external={path}: no such file; pass the path of a CSV with the columns backbone,task,accuracy, "
+            f"a bundled table ({', '.join(BUNDLED)}), or downstream.external=null"
         )
     with path.open(newline="") as fh:
         reader = csv.DictReader(fh)

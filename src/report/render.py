@@ -394,7 +394,10 @@ def audit_report(results: AuditResults, n_boot: int = 2000, level: float = 0.9) 
         "Columns holding lower bounds are left out. Pearson's r and every "
         "number: agreement.csv / report.json."
     )
-    md += ["\n## Rank agreement with the downstream accuracies\n", legend + "\n", markdown_table(matrix, matrix_cols)]
+    if not targets:  # no ground truth (parts without downstream, no downstream.external): nothing to agree with
+        legend = "No ground-truth column (add the downstream part or downstream.external): no rank agreement."
+    md += ["\n## Rank agreement with the downstream accuracies\n", legend + "\n"]
+    md += [markdown_table(matrix, matrix_cols)] if targets else []
     if budget:
         md += ["\n## Consistency across synthetic budgets\n", markdown_table(budget, list(budget[0]))]
     cost = time_notes(results)
@@ -427,7 +430,7 @@ def audit_report(results: AuditResults, n_boot: int = 2000, level: float = 0.9) 
         ("Ranking", page_table_html(shown, main_cols, dirs, controls)),
         (
             "Rank agreement with the downstream accuracies",
-            f'<p class="note">{legend}</p>' + table_html(matrix, matrix_cols),
+            f'<p class="note">{legend}</p>' + (table_html(matrix, matrix_cols) if targets else ""),
         ),
     ]
     if budget:

@@ -91,7 +91,8 @@ def test_report_presets_compose_into_a_valid_audit(preset, tmp_path) -> None:
     labels = backbone_labels(backbone_list(OmegaConf.to_container(cfg.backbones, resolve=True)))
     assert len(labels) >= 5 and list(cfg.downstream.sets) == ["cifar10"] and cfg.downstream.image_size == 224
     if preset == "synbench_paper":
-        assert cfg.full is True and config.budgets == (2048, 8192, 32768) and config.input_size is None
+        assert cfg.full is True and config.budgets == (2048, 4096, 8192, 16384, 32768) and config.input_size is None
+        assert config.baseline_convention == "paper" and config.budget_pair is not None  # Table 7 / Fig. 4 / Table 8
         assert "timm:vit_base_patch16_224.augreg_in21k_ft_in1k" in labels
     if preset == "task_priors_paper":
         assert config.task_prior.prior_backbone["name"] == PAPER_BACKBONES["timm_efficientnet_b5"]

@@ -33,7 +33,8 @@ def test_paper_convention_runs_the_papers_code_in_the_report(tmp_path) -> None:
     cfg = compose_cfg("report.yaml", overrides, tmp_path)
     cfg.paths.output_dir = str(tmp_path / "out")
     cfg.cache_dir = str(tmp_path / "cache")
-    run(cfg)
+    md = run(cfg)
+    assert "No ground-truth column" in md and "| score |" not in md  # no downstream part: no empty agreement table
     data = json.loads((tmp_path / "out" / "report.json").read_text())
     got = data["values"][LABELS[0]]["baselines"]["values"]
     assert data["config"]["baseline_convention"] == "paper"
@@ -155,3 +156,24 @@ def test_external_ground_truth_comes_first_and_is_correlated(tmp_path) -> None:
     assert "## Verdict (against average/external)" in report.markdown
     assert "External ground truth from acc.csv: 2 task(s)" in report.markdown and "no accuracy for a" in html
     assert list(report.data["external"]["columns"]) == ["average/external", "x/external", "y/external"]
+
+
+def test_the_bundled_table_matches_the_synbench_paper_preset(tmp_path) -> None:
+    # the paper's Table 7 "Real-life accuracy (%)" row, under the preset's labels (the SimCLRv2 ResNets: their timm
+    # architectures, which a user adds with checkpoint_path)
+    cfg = compose_cfg("report.yaml", ["report_preset=synbench_paper"], tmp_path)
+    from src.backbones.spec import backbone_labels, backbone_list
+    from omegaconf import OmegaConf
+
+    labels = backbone_labels(backbone_list(OmegaConf.to_container(cfg.backbones, resolve=True)))
+    ext = load_external(cfg.downstream.external, labels)
+    assert {lab: v["27_tasks_mean/external"] for lab, v in ext.values.items()} == {
+        "timm:vit_base_patch16_224.augreg_in21k_ft_in1k": 74.3,
+        "timm:vit_large_patch16_224.augreg_in21k_ft_in1k": 75.5,
+        "timm:vit_base_patch32_224.augreg_in21k_ft_in1k": 72.6,
+    }
+    assert ext.unmatched == ("timm:resnet101", "timm:resnet50")
+    assert cfg.baselines.convention == "paper" and list(cfg.budgets.pair) == [
+        "timm:vit_base_patch16_224.augreg_in21k_ft_in1k",
+        "timm:vit_base_patch16_224.augreg_in21k",
+    ]
