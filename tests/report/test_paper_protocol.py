@@ -162,8 +162,9 @@ def test_the_bundled_table_matches_the_synbench_paper_preset(tmp_path) -> None:
     # the paper's Table 7 "Real-life accuracy (%)" row, under the preset's labels (the SimCLRv2 ResNets: their timm
     # architectures, which a user adds with checkpoint_path)
     cfg = compose_cfg("report.yaml", ["report_preset=synbench_paper"], tmp_path)
-    from src.backbones.spec import backbone_labels, backbone_list
     from omegaconf import OmegaConf
+
+    from src.backbones.spec import backbone_labels, backbone_list
 
     labels = backbone_labels(backbone_list(OmegaConf.to_container(cfg.backbones, resolve=True)))
     ext = load_external(cfg.downstream.external, labels)
