@@ -20,19 +20,26 @@ arXiv:2210.02989, Appendix Table 7 / Table 8). :func:`reprieve_curve` reproduces
    which MDL, SDL_ε and ε-SC follow in reprieve's convention (:func:`src.baselines.mdl` with
    ``convention="reprieve"``).
 
-Torch's global generator is used inside :func:`torch.random.fork_rng` (the caller's random state is unchanged);
-numpy's global state is never touched (a local ``RandomState``). The data order is replayed from the same draws a
-``DataLoader`` makes, without its per-sample collation (≈ 1 ms per batch), so the 200 000 steps of the default
-(10 sizes × 5 seeds × 4000) cost the MLP's arithmetic only. reprieve's JAX path (``use_vmap=True``) samples its
-batches differently (with replacement, per-point PRNG keys): same probe, optimiser and steps, other data order.
+**How it runs.** The initial weights and each epoch's order come from the same draws reprieve makes (torch's
+generator seeded per probe inside :func:`torch.random.fork_rng`, so the caller's random state is unchanged; numpy's
+global state is never touched: a local ``RandomState``), replayed without a ``DataLoader``'s per-sample collation.
+The n_points·n_seeds probes (50 by default) share no parameter and Adam is elementwise, so they train at once as one
+stacked model (batched matrix products, short batches padded and masked out of each probe's mean): 4000 steps of
+one batched model instead of 200 000 steps of small ones. The result equals reprieve's sequential code up to the
+rounding of the batched products, which Adam's normalised steps carry along: measured 2e-7 relative in the curve
+after 12 steps, 1e-4 after 200 (a run of reprieve itself on another device differs the same way). reprieve's JAX path
+(``use_vmap=True``) samples its batches differently (with replacement, per-point PRNG keys): same probe, optimiser
+and steps, other data order.
 
-Cost: ``n_points·n_seeds·train_steps`` MLP steps of ``batch_size`` rows (200 000 by default): about a minute per
-backbone on a data-centre GPU, hours on 2 CPU cores (the paper: 6807 s for ViT-B/16 on a V100, Appendix A.9).
+Cost: ``train_steps`` steps of the stacked model (``n_points·n_seeds·batch_size`` rows each; 200 000 probe steps in
+all by default): seconds per backbone on a data-centre GPU, about half an hour at 1280 features on 2 CPU cores
+(the paper: 6807 s for ViT-B/16 on a V100, Appendix A.9).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -110,46 +117,93 @@ def _mlp(d: int, c: int, probe: ReprieveProbe) -> torch.nn.Sequential:
     return torch.nn.Sequential(*layers)
 
 
-def _epoch_order(m: int) -> Tensor:
-    """The order one ``DataLoader(shuffle=True)`` epoch visits a subset of ``m`` samples: the loader's iterator draws
-    its base seed, then the RandomSampler its own seed, from the global generator (torch/utils/data)."""
-    torch.empty((), dtype=torch.int64).random_()  # _BaseDataLoaderIter._base_seed
-    seed = int(torch.empty((), dtype=torch.int64).random_().item())  # RandomSampler.__iter__
-    return torch.randperm(m, generator=torch.Generator().manual_seed(seed))
-
-
-def _train(x: Tensor, y: Tensor, c: int, seed: int, probe: ReprieveProbe, device: torch.device) -> torch.nn.Module:
-    """One probe: reprieve's ``_train(seed, subset)`` on the (already whitened) subset ``x``, ``y``."""
+def _init(seed: int, d: int, c: int, probe: ReprieveProbe) -> tuple[list[Tensor], torch.Generator]:
+    """One probe's initial weights — [W (in, out), b (1, out)] per layer, as ``torch.manual_seed(seed)`` then
+    reprieve's MLP give them — and a generator holding the global generator's state after them, from which its
+    epochs' orders are drawn (:func:`_batches`). The caller's random state is unchanged."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        model = _mlp(x.shape[1], c, probe).to(device)
-        opt = torch.optim.Adam(model.parameters(), lr=probe.lr)
-        model.train()
-        step = 0
-        while step < probe.train_steps:
-            order = _epoch_order(x.shape[0]).to(device)
-            for start in range(0, x.shape[0], probe.batch_size):
-                idx = order[start : start + probe.batch_size]
-                opt.zero_grad()
-                loss = torch.nn.functional.nll_loss(model(x[idx]), y[idx])
-                loss.backward()
-                opt.step()
-                step += 1
-                if step >= probe.train_steps:
-                    break
-    return model
+        net = _mlp(d, c, probe)
+        state = torch.random.get_rng_state()
+    gen = torch.Generator()
+    gen.set_state(state)
+    params = []
+    for layer in net:
+        if isinstance(layer, torch.nn.Linear):
+            params += [layer.weight.detach().T.contiguous(), layer.bias.detach()[None].clone()]
+    return params, gen
+
+
+def _batches(m: int, gen: torch.Generator, batch_size: int) -> Iterator[Tensor]:
+    """The batches (positions in the subset of ``m`` samples) of the epochs of a ``DataLoader(shuffle=True)``, without
+    end: each epoch, the loader's iterator draws its base seed and then its RandomSampler its own seed from the
+    generator (torch/utils/data: ``_BaseDataLoaderIter`` and ``RandomSampler.__iter__``), the permutation is cut into
+    batches, the last one partial."""
+    while True:
+        torch.empty((), dtype=torch.int64).random_(generator=gen)  # _BaseDataLoaderIter._base_seed
+        seed = int(torch.empty((), dtype=torch.int64).random_(generator=gen).item())  # RandomSampler.__iter__
+        order = torch.randperm(m, generator=torch.Generator().manual_seed(seed))
+        yield from order.split(batch_size)
+
+
+def _forward(params: Sequence[Tensor], x: Tensor) -> Tensor:
+    """Log-probabilities of every probe at once: ``x`` (P, B, D) through the stacked MLPs (P, ·, ·)."""
+    h = x
+    for i in range(0, len(params) - 2, 2):
+        h = torch.relu(torch.baddbmm(params[i + 1], h, params[i]))
+    return torch.log_softmax(torch.baddbmm(params[-1], h, params[-2]), dim=-1)
+
+
+def _train_probes(
+    xtr: Tensor, ytr: Tensor, subsets: Tensor, seeds: Sequence[int], c: int, probe: ReprieveProbe
+) -> list[Tensor]:
+    """Every probe of the curve trained at once: probe p is reprieve's ``_train(seeds[p], subset)`` on the training
+    samples ``subsets[p, :sizes]`` (−1 padded) — its own initial weights, its own epochs' batches, ``train_steps``
+    Adam steps on its own mean NLL. The probes share no parameter, and Adam is elementwise, so training them as one
+    stacked model (batched matrix products; short batches padded and masked out of the mean) is training each alone,
+    up to the rounding of the batched products. Returns the stacked parameters."""
+    dev = xtr.device
+    n_probes, d = subsets.shape[0], xtr.shape[1]
+    inits, streams = [], []
+    for p in range(n_probes):
+        m = int((subsets[p] >= 0).sum())
+        params, gen = _init(seeds[p], d, c, probe)
+        inits.append(params)
+        streams.append(_batches(m, gen, probe.batch_size))
+    stacked = [torch.stack([ps[k] for ps in inits]).to(dev).requires_grad_(True) for k in range(len(inits[0]))]
+    opt = torch.optim.Adam(stacked, lr=probe.lr)
+    chunk = 64  # steps whose batches are drawn on the CPU and moved to the device at once
+    for first in range(0, probe.train_steps, chunk):
+        steps = min(chunk, probe.train_steps - first)
+        pos = torch.zeros(steps, n_probes, probe.batch_size, dtype=torch.long)
+        mask = torch.zeros(steps, n_probes, probe.batch_size)
+        for p, stream in enumerate(streams):
+            for t in range(steps):
+                b = next(stream)
+                pos[t, p, : len(b)] = b
+                mask[t, p, : len(b)] = 1.0
+        rows = torch.gather(subsets.clamp(min=0).cpu()[None].expand(steps, -1, -1), 2, pos).to(dev)
+        mask = mask.to(dev)
+        for t in range(steps):
+            opt.zero_grad()
+            logp = _forward(stacked, xtr[rows[t]])
+            nll = -logp.gather(2, ytr[rows[t]][..., None])[..., 0]
+            ((nll * mask[t]).sum(1) / mask[t].sum(1)).sum().backward()
+            opt.step()
+    return [s.detach() for s in stacked]
 
 
 @torch.no_grad()
-def _evaluate(model: torch.nn.Module, x: Tensor, y: Tensor, batch_size: int) -> float:
-    """reprieve's ``_eval``: batch mean NLLs (Python floats) weighted by the batch sizes."""
-    model.eval()
-    total, count = 0.0, 0
+def _evaluate(params: Sequence[Tensor], x: Tensor, y: Tensor, batch_size: int) -> list[float]:
+    """reprieve's ``_eval`` of every probe: batch mean NLLs (as Python floats) weighted by the batch sizes."""
+    total, count = [0.0] * params[0].shape[0], 0
     for start in range(0, x.shape[0], batch_size):
         xb, yb = x[start : start + batch_size], y[start : start + batch_size]
-        total += torch.nn.functional.nll_loss(model(xb), yb).item() * xb.shape[0]
+        logp = _forward(params, xb[None].expand(params[0].shape[0], -1, -1))
+        means = (-logp.gather(2, yb[None, :, None].expand(logp.shape[0], -1, 1))[..., 0]).mean(1).tolist()
+        total = [t + v * xb.shape[0] for t, v in zip(total, means)]
         count += xb.shape[0]
-    return total / count
+    return [t / count for t in total]
 
 
 def reprieve_curve(
@@ -182,13 +236,16 @@ def reprieve_curve(
     xva = torch.from_numpy((xva.numpy() - mean) / std).to(dev)
     ytr, yva = ytr.to(dev), yva.to(dev)
     shuffles = np.random.RandomState(0)  # reprieve: np.random.seed(0) once, then np.random.shuffle per subset
+    jobs = [(size, seed) for size in reprieve_sizes(xtr.shape[0], probe.n_points) for seed in range(probe.n_seeds)]
+    subsets = torch.full((len(jobs), xtr.shape[0]), -1, dtype=torch.long)
+    for p, (size, _) in enumerate(jobs):
+        mapping = np.arange(xtr.shape[0])
+        shuffles.shuffle(mapping)
+        keep = min(size, xtr.shape[0])  # reprieve's DatasetSubset stops at the data's length
+        subsets[p, :keep] = torch.from_numpy(mapping[:keep])
+    params = _train_probes(xtr, ytr, subsets.to(dev), [seed for _, seed in jobs], c, probe)
     losses: dict[int, list[float]] = {}
-    for size in reprieve_sizes(xtr.shape[0], probe.n_points):
-        for seed in range(probe.n_seeds):
-            mapping = np.arange(xtr.shape[0])
-            shuffles.shuffle(mapping)
-            subset = torch.from_numpy(mapping[: min(size, xtr.shape[0])]).to(dev)
-            model = _train(xtr[subset], ytr[subset], c, seed, probe, dev)
-            losses.setdefault(size, []).append(_evaluate(model, xva, yva, probe.batch_size))
+    for (size, _), loss in zip(jobs, _evaluate(params, xva, yva, probe.batch_size)):
+        losses.setdefault(size, []).append(loss)
     sizes = sorted(losses)
     return LossDataCurve(tuple(sizes), tuple(sum(losses[s]) / len(losses[s]) for s in sizes), c, "nats")
