@@ -12,7 +12,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor, nn
 
-__all__ = ["Backbone", "check_images"]
+__all__ = ["Backbone", "check_images", "tokens_to_map"]
 
 
 def check_images(x: object, *, name: str = "images", value_range: tuple[float, float] | None = None) -> Tensor:
@@ -52,6 +52,22 @@ def check_images(x: object, *, name: str = "images", value_range: tuple[float, f
     return x
 
 
+def tokens_to_map(tokens: Tensor, image_hw: Sequence[int], patch: int | Sequence[int]) -> Tensor:
+    """Patch tokens (N, T, C) of a ViT -> feature map (N, C, h, w), h = H // p_h, w = W // p_w for an image of
+    ``image_hw`` = (H, W) cut into ``patch`` (p or (p_h, p_w)) patches. The T − h·w leading tokens (CLS, register /
+    distillation tokens) are dropped: timm, open_clip and transformers all put them first. Fewer than h·w tokens is a
+    ValueError (the tokens are not this image's patches)."""
+    p_h, p_w = (int(patch), int(patch)) if isinstance(patch, int) else (int(patch[0]), int(patch[1]))
+    h, w = int(image_hw[0]) // p_h, int(image_hw[1]) // p_w
+    if tokens.dim() != 3 or tokens.shape[1] < h * w or h * w == 0:
+        raise ValueError(
+            f"expected (N, T, C) tokens holding the {h}x{w} patches of a {image_hw[0]}x{image_hw[1]} image "
+            f"(patch {p_h}x{p_w}) after any leading class / register tokens, got shape {tuple(tokens.shape)}"
+        )
+    grid = tokens[:, tokens.shape[1] - h * w :]
+    return grid.transpose(1, 2).reshape(tokens.shape[0], tokens.shape[2], h, w)
+
+
 class Backbone(nn.Module):
     """A frozen-or-trainable image encoder with a uniform interface.
 
@@ -63,7 +79,10 @@ class Backbone(nn.Module):
         interpolation, crop_pct: the evaluation preprocessing of the pretrained weights (resize, center crop).
         fixed_input_size: the network only accepts ``input_size`` (e.g. ViTs with a fixed positional embedding);
             :meth:`embed` then rejects other sizes with an error naming the native size.
-    Subclasses implement :meth:`forward_normalized`, mapping normalized images to (N, embed_dim).
+    Subclasses implement :meth:`forward_normalized`, mapping normalized images to (N, embed_dim), and may implement
+    :meth:`forward_normalized_with_map` (the embedding and the last spatial feature map of one forward: patch tokens
+    for ViTs, the last feature map for conv nets), which :meth:`embed_with_map` exposes (dense heads, e.g. the depth
+    head of :mod:`src.divergence_radius.depth`).
 
     :func:`~src.backbones.create_backbone` returns backbones in **eval mode**: ``embed`` gives per-sample features
     and never updates BatchNorm running statistics. Call ``.train()`` yourself to fine-tune.
@@ -130,6 +149,25 @@ class Backbone(nn.Module):
         if dtype is not None and x.dtype != dtype:
             x = x.to(dtype)
         return self.forward_normalized(self.normalize(x))
+
+    def forward_normalized_with_map(self, x: Tensor) -> tuple[Tensor, Tensor]:
+        """Normalized images -> (embedding (N, embed_dim), feature map (N, C, h, w)) of one forward."""
+        raise NotImplementedError(
+            f"backbone {self.name!r} ({type(self).__name__}) exposes no spatial feature map; dense heads (the depth "
+            "head) need a timm:, embedded:, hf: or open_clip: backbone"
+        )
+
+    def embed_with_map(self, x: Tensor) -> tuple[Tensor, Tensor]:
+        """Pixel-space images (N, 3, H, W) -> (embedding (N, embed_dim), last spatial feature map (N, C, h, w)),
+        both from one forward: the embedding is :meth:`embed`'s; the map is the patch tokens of a ViT (class and
+        register tokens dropped, laid out on the h × w patch grid) or the last feature map of a conv net. Same input
+        checks and casting as :meth:`embed`."""
+        check_images(x)
+        self.check_size(x)
+        dtype = self.param_dtype()
+        if dtype is not None and x.dtype != dtype:
+            x = x.to(dtype)
+        return self.forward_normalized_with_map(self.normalize(x))
 
     def forward(self, x: Tensor) -> Tensor:
         return self.embed(x)

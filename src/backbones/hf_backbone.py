@@ -43,7 +43,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from .base import Backbone
+from .base import Backbone, tokens_to_map
 from .registry import register_source
 from .spec import plain
 from .weights import MissingWeightsError, find_in_hf_cache, host_reachable, load_state_dict
@@ -98,14 +98,34 @@ class HFBackbone(Backbone):
         # MAE masks a random 75 % of the patches in every forward: no masking, and the identity order of patches
         self._patch = int(getattr(getattr(tower, "config", None), "patch_size", 16)) if "noise" in params else 0
 
-    def forward_normalized(self, x: Tensor) -> Tensor:
+    def _tower(self, x: Tensor) -> Any:
+        """The tower's output on normalized images (MAE: no masking, patches in order)."""
         kwargs: dict[str, Any] = {}
         if self._interpolate:
             kwargs["interpolate_pos_encoding"] = True
         if self._patch:
             n = (x.shape[-2] // self._patch) * (x.shape[-1] // self._patch)
             kwargs["noise"] = torch.arange(n, device=x.device, dtype=x.dtype).expand(x.shape[0], n)
-        out = self.model(pixel_values=x, **kwargs)
+        return self.model(pixel_values=x, **kwargs)
+
+    def forward_normalized(self, x: Tensor) -> Tensor:
+        return self._pool(self._tower(x))
+
+    def forward_normalized_with_map(self, x: Tensor) -> tuple[Tensor, Tensor]:
+        """The embedding and ``last_hidden_state`` as a map: conv models' (N, C, h, w) as returned, a ViT's tokens on
+        its patch grid (``config.patch_size``; the leading CLS / register tokens dropped,
+        :func:`~src.backbones.base.tokens_to_map`)."""
+        out = self._tower(x)
+        hidden = out.last_hidden_state
+        if hidden.dim() == 4:
+            return self._pool(out), hidden
+        patch = getattr(getattr(self.model, "config", None), "patch_size", None)
+        if patch is None:
+            raise NotImplementedError(f"{self.name}: tokens {tuple(hidden.shape)} without a config.patch_size")
+        return self._pool(out), tokens_to_map(hidden, x.shape[-2:], patch)
+
+    def _pool(self, out: Any) -> Tensor:
+        """The embedding of a tower output (``pooling``; then the projection, if any)."""
         pooled = getattr(out, "pooler_output", None)
         if self.pooling == "cls" or (self.pooling == "auto" and self.model_type in CLS_POOLED):
             z = out.last_hidden_state[:, 0]

@@ -8,7 +8,7 @@ from typing import Any
 
 from torch import Tensor, nn
 
-from .base import Backbone
+from .base import Backbone, tokens_to_map
 from .registry import register_source
 from .weights import MissingWeightsError, find_in_hf_cache, host_reachable
 
@@ -54,6 +54,22 @@ class OpenClipBackbone(Backbone):
     def forward_normalized(self, x: Tensor) -> Tensor:
         out = self.visual(x)
         return out[0] if isinstance(out, tuple) else out
+
+    def forward_normalized_with_map(self, x: Tensor) -> tuple[Tensor, Tensor]:
+        """ViT towers: the embedding and the patch tokens (``output_tokens``) on the patch grid; ModifiedResNet
+        (RN50, ...): the output of ``layer4`` and its attention pool."""
+        v = self.visual
+        if hasattr(v, "attnpool"):
+            fmap = v.layer4(v.layer3(v.layer2(v.layer1(v.stem(x)))))
+            return v.attnpool(fmap), fmap
+        if not hasattr(v, "output_tokens"):
+            return super().forward_normalized_with_map(x)
+        before, v.output_tokens = v.output_tokens, True
+        try:
+            z, tokens = v(x)
+        finally:
+            v.output_tokens = before
+        return z, tokens_to_map(tokens, x.shape[-2:], v.patch_size)
 
 
 def _resolve_pretrained(arch: str, pretrained: str) -> str:

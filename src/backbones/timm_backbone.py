@@ -7,7 +7,7 @@ from typing import Any
 
 from torch import Tensor, nn
 
-from .base import Backbone
+from .base import Backbone, tokens_to_map
 from .registry import register_source
 from .weights import MissingWeightsError, find_in_hf_cache, host_reachable, load_state_dict
 
@@ -40,6 +40,23 @@ class TimmBackbone(Backbone):
 
     def forward_normalized(self, x: Tensor) -> Tensor:
         return self.model.forward_head(self.model.forward_features(x), pre_logits=True)
+
+    def forward_normalized_with_map(self, x: Tensor) -> tuple[Tensor, Tensor]:
+        """The pooled pre-logits and ``forward_features``' output as a map: (N, C, h, w) as conv nets return it
+        (NHWC models, ``output_fmt == "NHWC"``, permuted), or a ViT's tokens on its patch grid
+        (:func:`~src.backbones.base.tokens_to_map`, the ``num_prefix_tokens`` class / register tokens dropped)."""
+        feats = self.model.forward_features(x)
+        z = self.model.forward_head(feats, pre_logits=True)
+        if feats.dim() == 4:
+            fmap = feats.permute(0, 3, 1, 2) if getattr(self.model, "output_fmt", "NCHW") == "NHWC" else feats
+        else:
+            patch = getattr(getattr(self.model, "patch_embed", None), "patch_size", None)
+            if patch is None:
+                raise NotImplementedError(
+                    f"{self.name}: timm returned tokens {tuple(feats.shape)} without a patch_embed"
+                )
+            fmap = tokens_to_map(feats, x.shape[-2:], patch)
+        return z, fmap
 
     def classify(self, x: Tensor) -> Tensor:
         if getattr(self.model, "num_classes", 0) == 0:
