@@ -10,8 +10,10 @@ its split): in ``setup`` the module reads every image of the train and val split
 the prior backbone's features through :class:`~src.features.FeatureExtractor` (the prior backbone is dropped
 afterwards), samples ``num_tasks`` labelings of all train + val images with a seeded generator, and computes E and
 Var. Training steps then look features and task labels up by ``index`` (the images in the batch are not used again)
-and update one batched head (weight (num_tasks, q, D)); the data module's labels are ignored. Its train/val split
-is the fixed, seeded train/test split of every task. Validation logs ``val/task_prior/acc_mean``, ``acc_var``,
+and update one batched head (weight (num_tasks, q, D); with ``convention="authors"`` the authors' probe: one BCE
+logit per task, weight (num_tasks, D), on the raw features, lr annealed to 1e-6 per epoch); the data module's labels
+are ignored. Its train/val split is the fixed, seeded train/test split of every task, its batch size the probes'
+batch and the trainer's epochs their epochs. Validation logs ``val/task_prior/acc_mean``, ``acc_var``,
 ``acc_std``, ``acc_q10/50/90`` beside ``val/task_prior/mean``, ``var`` and ``z`` = E/√Var.
 
 Under DDP every rank computes the (cheap, cached) features and the same labels; the moments are split by row
@@ -34,11 +36,11 @@ from ..backbones import Backbone
 from ..features import FORWARD_BATCH, FeatureExtractor
 from ..metrics.task_prior import TaskAccuracies
 from ..task_prior import TaskPriorConfig, task_prior_moments
+from ..task_prior.conventions import COSINE_MIN_LR
 from ..task_prior.probing import (
-    BatchedLinearHead,
     Standardizer,
     accuracy_summary,
-    task_probe_loss,
+    make_probe_head,
     task_scores,
 )
 from ..utils.checkpoint import register_module
@@ -85,7 +87,13 @@ class TaskPriorProbe(RepBenchModule):
         scores each probe by its recall of class 1 on the training split.
         Each of these eight left at None takes the convention's value; an explicit value wins.
     block_size: row-block size of the moments.
-    standardize: z-score features with the training split's statistics before the heads.
+    standardize: z-score features with the training split's statistics before the heads; None = the convention's
+        (``repbench``, ``paper``: yes; ``authors``: no, the raw features).
+    scheduler: None = the convention's (``repbench``, ``paper``: constant lr; ``authors``: cosine annealing from
+        ``lr`` to 1e-6 over ``trainer.max_epochs``, stepped per epoch); ``"cosine"``: the base module's per-step
+        cosine to 0. The head is the convention's (``probe_head``: a q-way softmax, or ``authors``' one BCE logit per
+        binary task); the batch size is the data module's (``data.batch_size``; the authors': 256) and the epochs the
+        trainer's (``trainer.max_epochs``; the authors': 100).
     max_batch: images per backbone forward when computing features.
     max_samples: use only the first ``max_samples`` images of each split (a CPU budget; batch rows beyond are
         skipped); None: all.
@@ -116,7 +124,7 @@ class TaskPriorProbe(RepBenchModule):
         sampler_scale: str | None = None,
         convention: str = TaskPriorConfig.convention,
         block_size: int = TaskPriorConfig.block_size,
-        standardize: bool = True,
+        standardize: bool | None = None,
         lr: float = TaskPriorConfig.lr,
         weight_decay: float = TaskPriorConfig.weight_decay,
         optimizer: str = "adam",
@@ -157,11 +165,16 @@ class TaskPriorProbe(RepBenchModule):
         #: the resolved settings (sampler, moments, probe score)
         self.convention = config.settings
         self.backbone.requires_grad_(False).eval()
-        self.head = BatchedLinearHead(
+        self.head = make_probe_head(
+            self.convention.probe_head,
             config.num_tasks,
             config.task_classes,
             self.backbone.embed_dim,
             generator=torch.Generator().manual_seed(config.seed),
+        )
+        #: z-score the features before the heads: ``standardize``, else the convention's ``probe_features``
+        self.standardize = (
+            self.convention.probe_features == "standardized" if standardize is None else bool(standardize)
         )
         self.val_tasks = TaskAccuracies(config.num_tasks, config.quantiles)
         self._prior_spec = prior_backbone
@@ -178,6 +191,22 @@ class TaskPriorProbe(RepBenchModule):
 
     def trainable_parameters(self):
         return list(self.head.parameters())
+
+    def configure_optimizers(self) -> Any:
+        """The base module's optimizer (``optimizer``: Adam by default, ``lr``, ``weight_decay``); with
+        ``scheduler=None`` and a convention whose ``probe_schedule`` is ``"cosine"`` (the authors'), torch's
+        ``CosineAnnealingLR(T_max=trainer.max_epochs, eta_min=1e-6)`` stepped once per epoch, as their probe."""
+        if self.hparams.get("scheduler") is not None or self.convention.probe_schedule != "cosine":
+            return super().configure_optimizers()
+        epochs = self.trainer.max_epochs
+        if epochs is None or epochs < 1:
+            raise ValueError(
+                f"convention {self.convention.name!r} anneals the lr over the epochs, but trainer.max_epochs={epochs}; "
+                "set trainer.max_epochs (the authors': 100)"
+            )
+        opt = super().configure_optimizers()  # scheduler=None: the optimizer alone
+        sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=int(epochs), eta_min=COSINE_MIN_LR)
+        return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "epoch"}}
 
     # ------------------------------------------------------------------ data, features, tasks
     def _splits(self) -> tuple[Dataset, Dataset]:
@@ -213,7 +242,7 @@ class TaskPriorProbe(RepBenchModule):
             reduce=reduce,
         )
         self._eval_all, self._prior_all = eval_all, prior_all  # (n, D) CPU features, kept for inspection
-        st = Standardizer.fit(train_eval) if self.hparams.standardize else None
+        st = Standardizer.fit(train_eval) if self.standardize else None
         dev = self.device
         self._train_x = (st(train_eval) if st else train_eval).to(dev)
         self._val_x = (st(val_eval) if st else val_eval).to(dev)
@@ -267,7 +296,7 @@ class TaskPriorProbe(RepBenchModule):
 
     def training_step(self, batch: Any, batch_idx: int) -> Tensor:
         feats, labels = self._lookup(batch, "train")
-        loss = task_probe_loss(self.head(feats), labels)
+        loss = self.head.loss(self.head(feats), labels)
         if not torch.isfinite(loss):
             raise FloatingPointError(f"non-finite probe loss at step {self.global_step}; lower model.lr")
         self.log("train/loss", loss, prog_bar=True, on_step=True, on_epoch=False, batch_size=max(1, labels.shape[1]))
@@ -319,6 +348,8 @@ class TaskPriorProbe(RepBenchModule):
             "temperature": self.convention.temperature,
             "probe_metric": self.convention.probe_metric,
             "probe_split": self.convention.probe_split,
+            "probe_head": self.convention.probe_head,
+            "standardize": self.standardize,
             **metrics,
             "accuracies": [] if self.last_accuracies is None else self.last_accuracies.tolist(),
         }

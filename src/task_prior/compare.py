@@ -38,13 +38,18 @@ def compare_features(
 
     ``config``: a :class:`TaskPriorConfig` (or a mapping of its fields; None = the defaults); ``options`` are
     TaskPriorConfig fields replacing its values (e.g. ``num_tasks=8``, ``convention="paper"``). The convention sets
-    the kernel scales, temperatures, sampler and probe score (:mod:`src.task_prior.conventions`); any of those
-    options given explicitly (not None) overrides the preset. ``prior_backbone`` is not used here (the prior's
+    the kernel scales, temperatures, sampler, the probe (head, features, batch, schedule) and its score
+    (:mod:`src.task_prior.conventions`); any of the config's options given explicitly (not None) overrides the
+    preset. ``probe_split="test"`` holds out ``test_fraction`` of the images (one seeded split); ``"train"`` trains
+    and scores every probe on all n images. ``prior_backbone`` is not used here (the prior's
     features are given)."""
     cfg = TaskPriorConfig.coerce(config, **options)
     conv = cfg.settings
     labels = cfg.sample_labels(prior_features)
-    train_idx, test_idx = random_split(prior_features.shape[0], cfg.test_fraction, seed=cfg.seed)
+    if conv.probe_split == "train":  # scored on the images it trained on: nothing to hold out (the authors' code
+        train_idx = test_idx = torch.arange(prior_features.shape[0])  # trains and scores on every image)
+    else:
+        train_idx, test_idx = random_split(prior_features.shape[0], cfg.test_fraction, seed=cfg.seed)
     rows = []
     for name, feats in features.items():
         check_tensor(feats, f"features[{name!r}]", "(n, D)")
@@ -55,7 +60,7 @@ def compare_features(
             )
         acc = evaluate_task_probes(feats, labels, train_idx, test_idx, cfg.task_classes, metric=conv.probe_metric,
                                    split=conv.probe_split, epochs=cfg.epochs, lr=cfg.lr,
-                                   weight_decay=cfg.weight_decay, seed=cfg.seed)  # fmt: skip
+                                   weight_decay=cfg.weight_decay, seed=cfg.seed, **conv.probe_options)  # fmt: skip
         mean, var = task_prior_moments(
             feats,
             prior_features,

@@ -49,9 +49,11 @@ class TaskPriorConfig(Options):
     (docs/task_prior.md, "Conventions"); each of ``sample_temperature``, ``temperature``, ``order``, ``eval_scale``,
     ``prior_scale``, ``sampler_scale``, ``probe_metric``, ``probe_split`` left at None takes the preset's value, an
     explicit value wins.
-    Probes: one linear probe per task, trained with full-batch Adam for ``epochs`` steps (``lr``, ``weight_decay``) on
-    a seeded split holding out ``test_fraction`` of the images; summarised by the ``quantiles`` of the per-task
-    scores. Moments (Thm 2.3): tiled in row blocks of ``block_size`` (memory, not the result); products in
+    Probes: one linear probe per task, trained with Adam for ``epochs`` epochs (``lr``, ``weight_decay``) — head, input
+    features, batch and lr schedule are the convention's (``repbench``, ``paper``: q-way softmax on z-scored features,
+    full batch, constant lr; ``authors``: one BCE logit on the raw features, batches of 256, cosine annealing to
+    1e-6) — on a seeded split holding out ``test_fraction`` of the images (with ``probe_split="train"``: on every
+    image); summarised by the ``quantiles`` of the per-task scores. Moments (Thm 2.3): tiled in row blocks of ``block_size`` (memory, not the result); products in
     ``moment_precision`` ("float64" exact; "float32"; "auto": float32 per kernel where its derived error bound is <=
     ``moment_rtol``, see :func:`src.task_prior.moments.float32_error_bounds`).
     """
@@ -98,6 +100,11 @@ class TaskPriorConfig(Options):
         for name, value in checked.items():
             object.__setattr__(self, name, value)
         settings = self.settings  # the convention and every override, checked (conventions.py)
+        if settings.probe_head == "logit" and self.task_classes != 2:
+            raise ValueError(
+                f"convention {settings.name!r} trains one BCE logit per task (the authors' probe, binary tasks), but "
+                f"task_classes={self.task_classes}; use task_classes=2, or convention=repbench / paper (q-way softmax)"
+            )
         for name in ("sample_temperature", "temperature"):  # an explicit T as a float (e.g. an int from YAML)
             if getattr(self, name) is not None:
                 object.__setattr__(self, name, getattr(settings, name))

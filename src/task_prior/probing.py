@@ -7,6 +7,13 @@ tasks of each task's mean cross-entropy. Because task t's loss depends only on s
 of the sum is block-separable and an element-wise optimizer (Adam, SGD) updates every slice exactly as if each probe
 were trained on its own (``tests/task_prior/test_probing.py`` checks this against separate ``nn.Linear`` heads).
 
+The authors' probe (convention ``"authors"``; their ``examples/mieb/3_run_linear_probes.py``, ``linear_probe_multi``)
+is :class:`BatchedLogitHead`: one logit per binary task (their ``nn.Linear(D, num_tasks)``), ``BCEWithLogitsLoss``
+averaged over batch × tasks, trained by :func:`fit_task_probes` with ``batch_size=256`` (reshuffled every epoch) and
+``schedule="cosine"`` (lr annealed to 1e-6 over the epochs, stepped per epoch) on the raw features. The mean over
+tasks scales every task's gradient by 1/num_tasks; Adam is invariant to that scale but for its ε (1e-8), so the
+probes stay independent up to ε.
+
 Pure torch (no Lightning): :class:`~src.models.TaskPriorProbe` and ``python -m src.task_prior`` are shells over it.
 """
 
@@ -21,16 +28,19 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..utils.checks import check_fraction, check_int
-from .conventions import PROBE_METRICS, PROBE_SPLITS
+from .conventions import COSINE_MIN_LR, PROBE_HEADS, PROBE_METRICS, PROBE_SCHEDULES, PROBE_SPLITS
 from .validation import check_quantiles
 
 __all__ = [
     "BatchedLinearHead",
+    "BatchedLogitHead",
     "Standardizer",
     "accuracy_summary",
     "check_task_labels",
+    "cosine_lr",
     "evaluate_task_probes",
     "fit_task_probes",
+    "make_probe_head",
     "random_split",
     "task_accuracies",
     "task_correct_counts",
@@ -81,8 +91,105 @@ class BatchedLinearHead(nn.Module):
             )
         return torch.einsum("tqd,bd->tbq", self.weight, features.to(self.weight.dtype)) + self.bias[:, None, :]
 
+    def loss(self, logits: Tensor, labels: Tensor) -> Tensor:
+        """The training loss of ``logits = self(features)``: :func:`task_probe_loss`."""
+        return task_probe_loss(logits, labels)
+
     def extra_repr(self) -> str:
         return f"num_tasks={self.num_tasks}, num_classes={self.num_classes}, in_features={self.in_features}"
+
+
+class BatchedLogitHead(nn.Module):
+    """``num_tasks`` binary linear probes with one logit each (the authors' probe: one ``nn.Linear(D, num_tasks)``).
+
+    ``weight`` (num_tasks, D) and ``bias`` (num_tasks,) are those of ``nn.Linear(D, num_tasks)``, initialised as it
+    is (uniform in ±1/√D, weight then bias) from ``generator`` when given. ``forward(features (B, D))`` returns the
+    two-class logits (num_tasks, B, 2) = [0, z] with z = ``weight · x + bias``, so every scorer of a two-class head
+    applies: argmax predicts class 1 exactly when z > 0 (the authors' ``logit > 0``; a tie predicts 0), and the
+    softmax of [0, z] is σ(z). :meth:`loss` is ``BCEWithLogitsLoss`` of z against the labels, averaged over all
+    batch × task entries, as theirs.
+    """
+
+    num_classes = 2
+
+    def __init__(
+        self,
+        num_tasks: int,
+        in_features: int,
+        *,
+        generator: torch.Generator | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
+        super().__init__()
+        self.num_tasks = check_int(num_tasks, "num_tasks", 1)
+        self.in_features = check_int(in_features, "in_features", 1)
+        self.weight = nn.Parameter(torch.empty(self.num_tasks, self.in_features, dtype=dtype))
+        self.bias = nn.Parameter(torch.empty(self.num_tasks, dtype=dtype))
+        self.reset_parameters(generator)
+
+    def reset_parameters(self, generator: torch.Generator | None = None) -> None:
+        bound = 1.0 / math.sqrt(self.in_features)
+        with torch.no_grad():
+            self.weight.uniform_(-bound, bound, generator=generator)
+            self.bias.uniform_(-bound, bound, generator=generator)
+
+    def logit(self, features: Tensor) -> Tensor:
+        """z (num_tasks, B): one logit per task and row."""
+        if features.dim() != 2 or features.shape[1] != self.in_features:
+            raise ValueError(
+                f"features must have shape (B, {self.in_features}), got {tuple(features.shape)}; the head was built "
+                f"for {self.in_features}-d features of the evaluated backbone"
+            )
+        return F.linear(features.to(self.weight.dtype), self.weight, self.bias).T  # nn.Linear's product
+
+    def forward(self, features: Tensor) -> Tensor:
+        z = self.logit(features)
+        return torch.stack([torch.zeros_like(z), z], -1)
+
+    def loss(self, logits: Tensor, labels: Tensor) -> Tensor:
+        """mean over (task, row) of BCE-with-logits(z, label): logits (T, B, 2) = ``self(features)``, labels (T, B)
+        in {0, 1}."""
+        if logits.dim() != 3 or logits.shape[-1] != 2 or labels.shape != logits.shape[:2]:
+            raise ValueError(
+                f"logits (T, B, 2) and labels (T, B) disagree: {tuple(logits.shape)} vs {tuple(labels.shape)}"
+            )
+        if labels.shape[1] == 0:
+            return logits.sum() * 0.0
+        return F.binary_cross_entropy_with_logits(logits[..., 1], labels.to(logits.dtype))
+
+    def extra_repr(self) -> str:
+        return f"num_tasks={self.num_tasks}, in_features={self.in_features} (one logit per binary task)"
+
+
+def make_probe_head(
+    head: str,
+    num_tasks: int,
+    num_classes: int,
+    in_features: int,
+    *,
+    generator: torch.Generator | None = None,
+    dtype: torch.dtype | None = None,
+) -> BatchedLinearHead | BatchedLogitHead:
+    """The probes' head of kind ``head`` (:data:`~src.task_prior.conventions.PROBE_HEADS`): ``"softmax"`` = a
+    :class:`BatchedLinearHead` with ``num_classes`` logits per task; ``"logit"`` = a :class:`BatchedLogitHead` (binary
+    tasks only: ``num_classes`` must be 2)."""
+    if head == "softmax":
+        return BatchedLinearHead(num_tasks, num_classes, in_features, generator=generator, dtype=dtype)
+    if head == "logit":
+        if num_classes != 2:
+            raise ValueError(
+                f"probe_head='logit' (the authors' probe: one BCE logit per task) needs binary tasks, got "
+                f"{num_classes} classes; use task_classes=2, or a convention with probe_head='softmax'"
+            )
+        return BatchedLogitHead(num_tasks, in_features, generator=generator, dtype=dtype)
+    raise ValueError(f"probe_head must be one of {PROBE_HEADS}, got {head!r}")
+
+
+def cosine_lr(lr: float, epoch: int, epochs: int, min_lr: float = COSINE_MIN_LR) -> float:
+    """The learning rate of 0-based ``epoch`` of ``epochs`` under cosine annealing from ``lr`` to ``min_lr``:
+    min_lr + (lr − min_lr)·(1 + cos(π·epoch/epochs))/2 (the closed form of torch's ``CosineAnnealingLR(T_max=epochs,
+    eta_min=min_lr)`` stepped once per epoch; epoch 0 runs at ``lr``)."""
+    return min_lr + (lr - min_lr) * (1.0 + math.cos(math.pi * epoch / epochs)) / 2.0
 
 
 def check_task_labels(labels: Tensor, num_classes: int, num_samples: int | None = None, name: str = "labels") -> Tensor:
@@ -235,14 +342,20 @@ def fit_task_probes(
     weight_decay: float = 0.0,
     batch_size: int | None = None,
     seed: int = 0,
-) -> BatchedLinearHead:
+    head: str = "softmax",
+    schedule: str = "constant",
+) -> BatchedLinearHead | BatchedLogitHead:
     """Train ``labels.shape[0]`` linear probes at once with Adam on fixed features.
 
     Args:
         features: (n, D) training features (already standardized if wanted).
         labels: (num_tasks, n) integer labels in [0, num_classes).
-        epochs: passes over the data; ``batch_size=None`` is full-batch (one step per epoch).
-        seed: head initialisation and minibatch order.
+        epochs: passes over the data; ``batch_size=None`` is full-batch (one step per epoch), else every epoch visits
+            a fresh random permutation in batches of ``batch_size`` rows, the last one smaller when n is not a
+            multiple (as ``DataLoader(shuffle=True)``).
+        seed: head initialisation, then the minibatch orders (one generator).
+        head: ``"softmax"`` (:class:`BatchedLinearHead`) or ``"logit"`` (:class:`BatchedLogitHead`, binary tasks).
+        schedule: ``"constant"`` lr, or ``"cosine"``: epoch e runs at :func:`cosine_lr` (lr annealed to 1e-6).
     """
     if features.dim() != 2:
         raise ValueError(f"features must be (n, D), got {tuple(features.shape)}")
@@ -252,25 +365,31 @@ def fit_task_probes(
     check_task_labels(labels, num_classes, features.shape[0])
     if features.shape[0] == 0:
         raise ValueError("no training samples: the train split is empty")
+    if schedule not in PROBE_SCHEDULES:
+        raise ValueError(f"probe_schedule must be one of {PROBE_SCHEDULES}, got {schedule!r}")
     gen = torch.Generator().manual_seed(check_int(seed, "seed"))
-    head = BatchedLinearHead(labels.shape[0], num_classes, features.shape[1], generator=gen, dtype=features.dtype)
-    head = head.to(features.device)
-    opt = torch.optim.Adam(head.parameters(), lr=lr, weight_decay=weight_decay)
+    probe = make_probe_head(head, labels.shape[0], num_classes, features.shape[1], generator=gen, dtype=features.dtype)
+    probe = probe.to(features.device)
+    opt = torch.optim.Adam(probe.parameters(), lr=lr, weight_decay=weight_decay)
     n = features.shape[0]
     bs = n if batch_size is None else check_int(batch_size, "batch_size", 1, meaning="None = full batch")
     labels = labels.to(features.device)
+    epochs = check_int(epochs, "epochs", 0)
     with torch.enable_grad():
-        for _ in range(check_int(epochs, "epochs", 0)):
+        for epoch in range(epochs):
+            if schedule == "cosine":
+                for group in opt.param_groups:
+                    group["lr"] = cosine_lr(lr, epoch, epochs)
             order = torch.randperm(n, generator=gen).to(features.device) if bs < n else None
             for start in range(0, n, bs):
                 idx = order[start : start + bs] if order is not None else slice(None)
-                loss = task_probe_loss(head(features[idx]), labels[:, idx])
+                loss = probe.loss(probe(features[idx]), labels[:, idx])
                 if not torch.isfinite(loss):
                     raise FloatingPointError(f"non-finite probe loss (lr={lr}); lower the learning rate")
                 opt.zero_grad(set_to_none=True)
                 loss.backward()
                 opt.step()
-    return head.eval()
+    return probe.eval()
 
 
 def evaluate_task_probes(
@@ -290,8 +409,10 @@ def evaluate_task_probes(
     (``split="train"``, the authors' protocol).
 
     ``features`` (n, D) of the evaluated backbone, ``labels`` (num_tasks, n) from the Task Prior of a prior kernel
-    on the same n images; ``fit_options`` go to :func:`fit_task_probes` (epochs, lr, weight_decay, batch_size,
-    seed). The same labels and split for every evaluated backbone make their scores comparable task by task.
+    on the same n images; ``standardize``: z-score with the training rows' statistics (False: the raw features, the
+    authors'); ``fit_options`` go to :func:`fit_task_probes` (epochs, lr, weight_decay, batch_size, seed, head,
+    schedule; a convention's are ``TaskPriorConvention.probe_options``). The same labels and split for every
+    evaluated backbone make their scores comparable task by task.
     """
     check_task_labels(labels, int(num_classes), features.shape[0])
     if split not in PROBE_SPLITS:
