@@ -33,7 +33,7 @@ ALLOWED: dict[str, set[str]] = {
     "features": {"utils"},
     "perturbations": {"utils", "rng"},
     "attacks": {"utils"},
-    "synbench": {"utils", "rng", "backbones", "features"},
+    "synbench": {"utils", "rng", "backbones", "features", "attacks"},  # attacks: the proxy task's PGD (Table 1)
     "divergence_radius": {"utils", "images", "stats", "backbones", "features", "perturbations"},
     "task_prior": {"utils", "images", "stats", "backbones", "features"},
     # task-agnostic baseline scores (LogME, SFDA, RankMe, alpha-ReQ, loss-data curves) on SynBench's proxy task

@@ -88,6 +88,11 @@ class SynBenchScore(PlotMixin, Metric):
     ) -> None:
         super().__init__(**kwargs)
         self.config = config or SynBenchConfig()
+        if self.config.proxy is not None:  # never silently ignored: only synbench() computes it
+            raise ValueError(
+                "SynBenchConfig.proxy (the proxy task's SA / RA, the paper's Table 1) is computed by synbench() (python "
+                "-m src.synbench, the report), not by SynBenchScore or SynBenchCallback; set proxy=None here"
+            )
         self.input_shape = check_input_shape(input_shape)
         check_normalization_shape(self.config.normalization, self.input_shape)
         self.backbone_mean_std = backbone_mean_std

@@ -58,8 +58,14 @@ def compare_backbones(
         )  # fmt: skip
         if say:
             t = results[label].timings.get("total_s", float("nan"))
+            proxy = results[label].proxy
+            extra = (
+                ""
+                if proxy is None
+                else f"; proxy SA {proxy['sa']:.3f}, RA {proxy['ra']:.3f} ({proxy['seconds']:.0f} s)"
+            )
             say(
-                f"SynBench {label} at {size} px: score {results[label].score(cfg.eps[0]):.3f} at ε={cfg.eps[0]:g} ({t:.0f} s)"
+                f"SynBench {label} at {size} px: score {results[label].score(cfg.eps[0]):.3f} at ε={cfg.eps[0]:g} ({t:.0f} s){extra}"
             )
         del bb
     return comparison_report(results)
@@ -99,6 +105,18 @@ def comparison_markdown(results: Mapping[str, SynBenchResult]) -> str:
             best = max(range(len(eps)), key=lambda j: scores[j])
             cells = [f"**{v:.3f}**" if j == best else f"{v:.3f}" for j, v in enumerate(scores)]
             lines.append(f"| {name} | " + " | ".join(cells) + f" | {eps[best]:g} |")
+        parts.append("\n".join(lines))
+    with_proxy = {name: res.proxy for name, res in results.items() if res.proxy is not None}
+    if with_proxy:  # the paper's Table 1 columns
+        p = next(iter(with_proxy.values()))
+        lines = [
+            f"Proxy task (the paper's Table 1): linear probe at s = {p['s']:g}, {p['n_train']} + {p['n_test']} samples; "
+            f"RA under l2 PGD-{p['steps']}, eps = {p['eps']:g} ({p['space']} space)",
+            "",
+            "| backbone | SA | RA |",
+            "|---|---:|---:|",
+        ]
+        lines += [f"| {name} | {v['sa']:.3f} | {v['ra']:.3f} |" for name, v in with_proxy.items()]
         parts.append("\n".join(lines))
     return "\n\n".join(parts) + "\n"
 

@@ -22,7 +22,8 @@ class SynBenchResult:
     """Per-(s, ε) accuracy and mean scaled bound (S × E, float64), the reference pairs per s, the config.
 
     Scores are eq. 3 ratios and are *not* clipped: finite-sample noise can push a near-perfect representation
-    slightly above 1; a useless one gives 0.
+    slightly above 1; a useless one gives 0. ``proxy``: the paper's Table 1 SA / RA on the proxy task when the config
+    asked for it (:func:`src.synbench.proxy.proxy_accuracy`), else None.
     """
 
     config: SynBenchConfig
@@ -33,6 +34,7 @@ class SynBenchResult:
     ref_accuracy: Tensor
     ref_bound: Tensor
     timings: dict[str, float] = field(default_factory=dict)
+    proxy: dict[str, Any] | None = None
 
     @classmethod
     def from_sums(
@@ -129,8 +131,8 @@ class SynBenchResult:
         return result_figure(self, a_t, title)
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-serializable dict (plain lists and numbers); inverse :meth:`from_dict`."""
-        return {
+        """JSON-serializable dict (plain lists and numbers; ``proxy`` only when computed); inverse :meth:`from_dict`."""
+        out = {
             "config": self.config.to_dict(),
             "input_shape": list(self.input_shape),
             "feature_dim": self.feature_dim,
@@ -140,6 +142,9 @@ class SynBenchResult:
             "ref_bound": self.ref_bound.tolist(),
             "timings": dict(self.timings),
         }
+        if self.proxy is not None:
+            out["proxy"] = dict(self.proxy)
+        return out
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> SynBenchResult:
@@ -153,4 +158,5 @@ class SynBenchResult:
             t(d["ref_accuracy"]),
             t(d["ref_bound"]),
             dict(d.get("timings", {})),
+            None if d.get("proxy") is None else dict(d["proxy"]),
         )

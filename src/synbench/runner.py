@@ -19,6 +19,7 @@ from ..utils.distributed import Shard, no_reduce
 from .config import SynBenchConfig
 from .plan import MeanStd, SamplingPlan, pixel_transform, reference_prior, resolve_backbone_mean_std
 from .protocol import frozen, make_extract, run_protocol
+from .proxy import proxy_accuracy
 from .result import SynBenchResult
 
 Tensor = torch.Tensor
@@ -72,7 +73,9 @@ def synbench(
     Backbone's ``mean``/``std`` (pass ((0,)*C, (1,)*C) for a plain function that normalises nothing). It
     matters only for how ``config.normalization`` is realised, see :func:`pixel_transform`. An nn.Module
     behind ``feature_fn`` is put in eval mode for the run and restored afterwards. ``extractor``: options of
-    :class:`src.features.FeatureExtractor` (``max_batch`` defaults to ``config.batch_size``).
+    :class:`src.features.FeatureExtractor` (``max_batch`` defaults to ``config.batch_size``). With ``config.proxy``
+    set, the result also holds the paper's Table 1 SA / RA of a linear probe on the proxy task
+    (:func:`src.synbench.proxy.proxy_accuracy`, ``result.proxy``; its time in ``timings["proxy_s"]``).
     """
     cfg = config or SynBenchConfig()
     dev = torch.device(device)
@@ -80,10 +83,14 @@ def synbench(
     clock = [0.0]
     extract = make_extract(feature_fn, dev, dict(extractor or {}), cfg.batch_size, clock)
     t0 = time.perf_counter()
+    proxy = None
     with frozen(feature_fn), _progress(progress, len(cfg.s_values) * (cfg.n_train + cfg.n_test)) as advance:
         stats = run_protocol(extract, plan, cfg, Shard(), no_reduce, advance, dev)
-    timings = {"total_s": time.perf_counter() - t0, "forward_s": clock[0]}
-    return SynBenchResult.from_sums(
+        timings = {"total_s": time.perf_counter() - t0, "forward_s": clock[0]}
+        if cfg.proxy is not None:  # the paper's Table 1 SA / RA on the proxy task (src/synbench/proxy.py)
+            proxy = proxy_accuracy(feature_fn, plan, cfg, extract, backbone_mean_std)
+            timings["proxy_s"] = proxy["seconds"]
+    result = SynBenchResult.from_sums(
         cfg,
         plan.input_shape,
         stats.feature_dim,
@@ -93,3 +100,5 @@ def synbench(
         plan.margin_scale,
         timings,
     )
+    result.proxy = proxy
+    return result
