@@ -5,6 +5,7 @@
     python -m benchmarks.task_prior --full-large       # n = 100,000 all row blocks (hours on 2 CPU cores)
     python -m benchmarks.task_prior --part rate        # moments vs the GEMM rate, n = 2048/4096/8192, same process
     python -m benchmarks.task_prior --part rate --sizes 2048 4096 --dim 640   # smaller runs
+    python -m benchmarks.task_prior --part probe       # the probes' cost per convention at the default sizes
 
 (c) Rate (``--part rate``). In this process, interleaved ``--repeats`` times, best of each: the GEMM rate of
 ``torch.mm`` at the tile shape (block × D times D × block, float32 and float64, GFLOP/s), the previous tile loop
@@ -23,6 +24,13 @@ kernel-tracked peak resident set size (``ru_maxrss``) at the end minus the value
 times; the minimum time of each and their ratio are printed. At n = 100,000 the default runs one round-robin shard
 (``Shard(0, S)``: row block 0 against every column block, exactly what one of S ranks does) and extrapolates the
 total time from its share of the tiles; memory does not depend on how many tiles run (one tile at a time).
+(d) Probes (``--part probe``). In this process, interleaved ``--repeats`` times, best of each: the wall time of the
+probes of one backbone (``evaluate_task_probes`` with each convention's probe: ``repbench`` = q-way softmax, full
+batch on the 70 % training split, constant lr; ``authors`` = one BCE logit per task, batches of 256 over all n,
+cosine lr), for ``--probe-epochs`` epochs on random features and labels after one warm-up call, extrapolated
+linearly to the study's 100 epochs (every epoch costs the same; the one scoring pass is counted 100/epochs times, a
+small overestimate). Sizes: the study's default (n = 600, D = 1280, 32 tasks), the paper preset
+(n = 8192, D = 2048, 32 tasks) and the authors' run (n = 8192, D = 2048, 512 tasks).
 (b) Sampler. In this process, interleaved: ``sample_task_labels`` (vectorised over tasks, Gumbel-max prefix sums)
 vs a naive numpy loop like the authors' (one labeling at a time, ``rng.choice`` per point); labelings per second
 and their ratio.
@@ -47,6 +55,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from src.task_prior import centered_cosine_kernel, sample_task_labels, task_prior_moments  # noqa: E402
+from src.task_prior.conventions import CONVENTIONS  # noqa: E402
 from src.task_prior.kernels import CenteredCosine  # noqa: E402
 from src.task_prior.moments import (  # noqa: E402
     float32_error_bounds,
@@ -55,6 +64,7 @@ from src.task_prior.moments import (  # noqa: E402
     sharded_moment_sums,
     tile_moment_sums,
 )
+from src.task_prior.probing import evaluate_task_probes, random_split  # noqa: E402
 from src.task_prior.sampler import prior_factor  # noqa: E402
 from src.utils.distributed import Shard  # noqa: E402
 
@@ -335,6 +345,42 @@ def bench_sampler(n: int, dim: int, q: int, tasks: int, repeats: int, threads: i
     )
 
 
+#: (n, D, tasks) of --part probe: the study's default, the paper preset, the authors' 512 tasks
+PROBE_SIZES = ((600, 1280, 32), (8192, 2048, 32), (8192, 2048, 512))
+
+
+def probe_timing(n: int, dim: int, tasks: int, convention: str, epochs: int, device: str = "cpu") -> float:
+    """Seconds of ``convention``'s probes of one backbone (``tasks`` binary tasks, n random features of dimension
+    ``dim``) trained for ``epochs`` epochs and scored, as ``compare_features`` runs them."""
+    conv = CONVENTIONS[convention]
+    x = make_features(n, dim, 0, device)
+    labels = torch.randint(0, 2, (tasks, n), generator=torch.Generator().manual_seed(1))
+    if conv.probe_split == "train":
+        tr = te = torch.arange(n)
+    else:
+        tr, te = random_split(n, 0.3, seed=0)
+    _sync(torch.device(device))
+    t0 = time.perf_counter()
+    evaluate_task_probes(x, labels, tr, te, 2, metric=conv.probe_metric, split=conv.probe_split, epochs=epochs,
+                         **conv.probe_options)  # fmt: skip
+    _sync(torch.device(device))
+    return time.perf_counter() - t0
+
+
+def bench_probe(epochs: int, repeats: int, threads: int) -> None:
+    torch.set_num_threads(threads)
+    for c in ("repbench", "authors"):  # warm-up: the first call pays torch's lazy initialisation (about 2 s here)
+        probe_timing(64, 16, 2, c, 1)
+    for n, dim, tasks in PROBE_SIZES:
+        best = {c: math.inf for c in ("repbench", "authors")}
+        for _ in range(repeats):
+            for c in best:
+                best[c] = min(best[c], probe_timing(n, dim, tasks, c, epochs))
+        line = ", ".join(f"{c} {t / epochs * 100:.1f} s" for c, t in best.items())
+        print(f"probes n={n} D={dim} tasks={tasks}, per backbone at 100 epochs ({epochs} measured): {line}, "
+              f"ratio authors/repbench {best['authors'] / best['repbench']:.1f}", flush=True)  # fmt: skip
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--case", choices=["tiled", "dense"], help="internal: run one case and print JSON")
@@ -348,7 +394,8 @@ def main() -> None:
     ap.add_argument("--full-large", action="store_true", help="run every tile at the large n (no extrapolation)")
     ap.add_argument("--skip-sampler", action="store_true")
     ap.add_argument("--skip-moments", action="store_true")
-    ap.add_argument("--part", choices=["all", "rate"], default="all", help="rate: (c) only")
+    ap.add_argument("--part", choices=["all", "rate", "probe"], default="all", help="rate: (c) only; probe: (d) only")
+    ap.add_argument("--probe-epochs", type=int, default=10, help="epochs measured by --part probe (x 100/this)")
     ap.add_argument("--sizes", type=int, nargs="+", default=[2048, 4096, 8192], help="n for --part rate")
     ap.add_argument("--no-legacy", action="store_true", help="--part rate without the previous loop")
     args = ap.parse_args()
@@ -359,6 +406,11 @@ def main() -> None:
     if args.part == "rate":
         print(f"torch {torch.__version__}, {args.threads} threads, T = {TEMPERATURE}, load {_loadavg()}", flush=True)
         bench_rate(args.sizes, args.dim, args.block, args.repeats, args.threads, not args.no_legacy)
+        print(f"load after: {_loadavg()}", flush=True)
+        return
+    if args.part == "probe":
+        print(f"torch {torch.__version__}, {args.threads} threads, load {_loadavg()}", flush=True)
+        bench_probe(args.probe_epochs, args.repeats, args.threads)
         print(f"load after: {_loadavg()}", flush=True)
         return
     small, large = (2048, 20_000) if args.quick else (8192, 100_000)

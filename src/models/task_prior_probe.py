@@ -296,7 +296,7 @@ class TaskPriorProbe(RepBenchModule):
 
     def training_step(self, batch: Any, batch_idx: int) -> Tensor:
         feats, labels = self._lookup(batch, "train")
-        loss = self.head.loss(self.head(feats), labels)
+        loss = self.head.loss(feats, labels)
         if not torch.isfinite(loss):
             raise FloatingPointError(f"non-finite probe loss at step {self.global_step}; lower model.lr")
         self.log("train/loss", loss, prog_bar=True, on_step=True, on_epoch=False, batch_size=max(1, labels.shape[1]))

@@ -91,9 +91,9 @@ class BatchedLinearHead(nn.Module):
             )
         return torch.einsum("tqd,bd->tbq", self.weight, features.to(self.weight.dtype)) + self.bias[:, None, :]
 
-    def loss(self, logits: Tensor, labels: Tensor) -> Tensor:
-        """The training loss of ``logits = self(features)``: :func:`task_probe_loss`."""
-        return task_probe_loss(logits, labels)
+    def loss(self, features: Tensor, labels: Tensor) -> Tensor:
+        """The training loss on ``features`` (B, D) with ``labels`` (T, B): :func:`task_probe_loss` of the logits."""
+        return task_probe_loss(self(features), labels)
 
     def extra_repr(self) -> str:
         return f"num_tasks={self.num_tasks}, num_classes={self.num_classes}, in_features={self.in_features}"
@@ -107,7 +107,7 @@ class BatchedLogitHead(nn.Module):
     two-class logits (num_tasks, B, 2) = [0, z] with z = ``weight · x + bias``, so every scorer of a two-class head
     applies: argmax predicts class 1 exactly when z > 0 (the authors' ``logit > 0``; a tie predicts 0), and the
     softmax of [0, z] is σ(z). :meth:`loss` is ``BCEWithLogitsLoss`` of z against the labels, averaged over all
-    batch × task entries, as theirs.
+    batch × task entries, computed as theirs on the (B, num_tasks) matrix (no two-class logits are built in training).
     """
 
     num_classes = 2
@@ -146,16 +146,15 @@ class BatchedLogitHead(nn.Module):
         z = self.logit(features)
         return torch.stack([torch.zeros_like(z), z], -1)
 
-    def loss(self, logits: Tensor, labels: Tensor) -> Tensor:
-        """mean over (task, row) of BCE-with-logits(z, label): logits (T, B, 2) = ``self(features)``, labels (T, B)
-        in {0, 1}."""
-        if logits.dim() != 3 or logits.shape[-1] != 2 or labels.shape != logits.shape[:2]:
-            raise ValueError(
-                f"logits (T, B, 2) and labels (T, B) disagree: {tuple(logits.shape)} vs {tuple(labels.shape)}"
-            )
-        if labels.shape[1] == 0:
-            return logits.sum() * 0.0
-        return F.binary_cross_entropy_with_logits(logits[..., 1], labels.to(logits.dtype))
+    def loss(self, features: Tensor, labels: Tensor) -> Tensor:
+        """mean over (row, task) of BCE-with-logits(z, label): ``features`` (B, D), ``labels`` (T, B) in {0, 1}; the
+        logits stay in nn.Linear's (B, T) layout, as the authors' ``crit(head(feats), lbls)``."""
+        z = self.logit(features).T  # (B, T), contiguous
+        if labels.shape != z.shape[::-1]:
+            raise ValueError(f"labels must be (T, B) = {tuple(z.shape[::-1])}, got {tuple(labels.shape)}")
+        if z.shape[0] == 0:
+            return z.sum() * 0.0
+        return F.binary_cross_entropy_with_logits(z, labels.T.to(z.dtype))
 
     def extra_repr(self) -> str:
         return f"num_tasks={self.num_tasks}, in_features={self.in_features} (one logit per binary task)"
@@ -383,7 +382,7 @@ def fit_task_probes(
             order = torch.randperm(n, generator=gen).to(features.device) if bs < n else None
             for start in range(0, n, bs):
                 idx = order[start : start + bs] if order is not None else slice(None)
-                loss = probe.loss(probe(features[idx]), labels[:, idx])
+                loss = probe.loss(features[idx], labels[:, idx])
                 if not torch.isfinite(loss):
                     raise FloatingPointError(f"non-finite probe loss (lr={lr}); lower the learning rate")
                 opt.zero_grad(set_to_none=True)
