@@ -99,16 +99,33 @@ def synbench_run(bb: Any, ctx: PartContext) -> dict[str, Any]:
     ).to_dict()
 
 
+def sampling_settings(ctx: PartContext) -> dict[str, Any]:
+    """What decides SynBench's synthetic samples and scores: its options without ``proxy`` (the proxy task's SA / RA,
+    which the baselines do not read) and the input size."""
+    options = config_settings(ctx.options)
+    options.pop("proxy", None)
+    return {"synbench": options, "input_size": ctx.audit.input_size}
+
+
 def synbench_settings(ctx: PartContext) -> dict[str, Any]:
-    return {"synbench": config_settings(ctx.options), "input_size": ctx.audit.input_size}
+    """The cache key: :func:`sampling_settings`, with the ``proxy`` options only when set (so a run without them keeps
+    the keys of before they existed)."""
+    out = sampling_settings(ctx)
+    if ctx.options.proxy is not None:
+        out["synbench"]["proxy"] = config_settings(ctx.options.proxy)
+    return out
 
 
 def synbench_columns(value: Mapping[str, Any]) -> dict[str, Any]:
-    """``synbench`` (the score at the first ε and a_T) and ``synbench_best_eps``."""
+    """``synbench`` (the score at the first ε and a_T), ``synbench_best_eps`` and, with ``synbench.proxy`` set,
+    ``synbench_sa`` / ``synbench_ra`` (the paper's Table 1: a linear probe on the proxy task, clean and under ℓ2 PGD)."""
     from ..synbench import SynBenchResult
 
     res = SynBenchResult.from_dict(dict(value))
-    return {"synbench": res.score(res.eps[0]), "synbench_best_eps": res.best_eps()}
+    out = {"synbench": res.score(res.eps[0]), "synbench_best_eps": res.best_eps()}
+    if res.proxy is not None:
+        out.update(synbench_sa=res.proxy["sa"], synbench_ra=res.proxy["ra"])
+    return out
 
 
 def synbench_check(value: Mapping[str, Any]) -> None:
@@ -160,7 +177,7 @@ def baselines_run(bb: Any, ctx: PartContext) -> dict[str, Any]:
 def baselines_settings(ctx: PartContext) -> dict[str, Any]:
     cfg = ctx.audit
     extra = {"s": cfg.baseline_s, "which": list(cfg.baselines), "eps": list(cfg.baseline_eps)}
-    return {**synbench_settings(ctx), **extra}
+    return {**sampling_settings(ctx), **extra}
 
 
 def baselines_columns(value: Mapping[str, Any]) -> dict[str, Any]:

@@ -42,6 +42,8 @@ SYNBENCH = MethodSpec(
         Score("score", True, column="synbench", doc="SynBench-Score at the first ε (eq. 3)"),
         Score("score_eps_*", True, doc="SynBench-Score at another ε"),
         Score("best_eps", None, column="synbench_best_eps", descriptive=True, doc="the ε of the best score"),
+        Score("proxy_sa", True, column="synbench_sa", doc="SA of a linear probe on the proxy task (Table 1; proxy)"),
+        Score("proxy_ra", True, column="synbench_ra", doc="RA of that probe under ℓ2 PGD (Table 1; proxy)"),
     ),
     audit_parts=(
         _part(

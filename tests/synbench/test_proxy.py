@@ -192,3 +192,30 @@ def test_through_a_network_the_attack_only_lowers_accuracy() -> None:
             assert abs(p["ra"] - p["sa"]) <= 1 / 32
     assert bb.training is False
     np.testing.assert_array_less(-1e-12, np.array([p["seconds"]]))
+
+
+def test_report_columns_directions_and_cache_keys() -> None:
+    """The report's synbench part: synbench_sa / synbench_ra columns (higher is better, METHODS), present only with
+    synbench.proxy; the cache key holds the proxy options only when set, and the baselines' key never."""
+    from src.methods import column_direction
+    from src.methods.audit_parts import baselines_settings, synbench_columns, synbench_settings
+    from src.methods.spec import PartContext
+    from src.report.audit import AuditConfig, run_audit
+
+    assert column_direction("synbench_sa") is True and column_direction("synbench_ra") is True
+    small = dict(s_values=(1.0, 2.0), n_train=64, n_test=32, eps=(0.0,))
+    plain, on = (AuditConfig(parts=("synbench",), input_size=16, synbench={**small, "proxy": p}) for p in (None, True))
+    keys = [synbench_settings(PartContext(c.synbench, c)) for c in (plain, on)]
+    assert "proxy" not in keys[0]["synbench"] and keys[1]["synbench"]["proxy"]["s"] == 3.0
+    assert {k: v for k, v in keys[1]["synbench"].items() if k != "proxy"} == keys[0]["synbench"]
+    assert baselines_settings(PartContext(plain.synbench, plain)) == baselines_settings(PartContext(on.synbench, on))
+    net = [{"name": "timm:test_efficientnet", "pretrained": False}]
+    with torch_threads(1):
+        res = run_audit(net, AuditConfig(parts=("synbench",), input_size=16, synbench={**small, "proxy": {"steps": 2}}))
+    (value,) = res.values.values()
+    cols = synbench_columns(value["synbench"])
+    assert cols["synbench_sa"] == value["synbench"]["proxy"]["sa"] and 0 <= cols["synbench_ra"] <= 1
+    assert set(synbench_columns({k: v for k, v in value["synbench"].items() if k != "proxy"})) == {
+        "synbench",
+        "synbench_best_eps",
+    }
