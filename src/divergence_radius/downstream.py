@@ -5,7 +5,10 @@ Liu et al., "Robustness of Vision Foundation Models to Common Perturbations" (ar
   CLIP-style backbones — zero-shot classification against text embeddings of class-name prompts
   ("a photo of a {c}.", the CLIP prompt);
 * §5.2, predicting an image's ACC_p from its robustness value (R_dr or R_cs) with a linear regression trained on
-  the first half of the images and scored (mean squared error) on the second half (Figs. 10, 11).
+  the first half of the images and scored (mean squared error) on the second half (Figs. 10, 11; for depth, RMSE_p
+  the same way, App. F, Fig. 9);
+* App. F, the quartile groups of Figs. 5 / 8: images ranked by robustness, cut into 4 equal groups, the mean
+  robustness and mean score of each (:func:`quartile_means`).
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ __all__ = [
     "zero_shot_weights",
     "open_clip_zero_shot",
     "fit_line",
+    "quartile_means",
     "regression_mse",
     "DEFAULT_TEMPLATES",
 ]
@@ -190,3 +194,17 @@ def regression_mse(x: Tensor, y: Tensor) -> tuple[float, float, float]:
     a, b = fit_line(x[:h], y[:h])
     mse = float(((a * x[h:] + b - y[h:]) ** 2).mean())
     return mse, a, b
+
+
+def quartile_means(x: Tensor, y: Tensor, groups: int = 4) -> tuple[Tensor, Tensor]:
+    """App. F (Figs. 5, 8): rank the pairs (x_i, y_i) by x (ties in the given order), cut them into ``groups``
+    consecutive groups of equal size (sizes differing by at most one, the larger first, as ``numpy.array_split``)
+    and return each group's mean x and mean y, float64 (groups,). Needs at least ``groups`` pairs."""
+    x, y = torch.as_tensor(x, dtype=F64).reshape(-1), torch.as_tensor(y, dtype=F64).reshape(-1)
+    if x.numel() != y.numel() or x.numel() < groups or groups < 1:
+        raise ValueError(
+            f"quartile_means needs equally many x and y, at least groups={groups}, got {x.numel()}, {y.numel()}"
+        )
+    order = torch.sort(x, stable=True).indices
+    parts = torch.tensor_split(order, groups)  # sizes ⌈n/g⌉ first, as numpy.array_split
+    return torch.stack([x[p].mean() for p in parts]), torch.stack([y[p].mean() for p in parts])

@@ -4,7 +4,9 @@ For each image x and perturbation P with m parameters k_1..k_m (equally spaced o
 paper's choice m = 5; Liu et al., arXiv:2604.14973, §4.2), the point set is the clean embedding f(x) (k = ⊥) plus
 the m embeddings f(P(x, k_j)); per image and perturbation it yields R_dr and R_cs (§3) and, given a classifier and
 labels, ACC_p: the fraction of the m perturbed versions classified correctly (§5.1; the clean version is not counted
-— it gives the ordinary ACC, returned separately).
+— it gives the ordinary ACC, returned separately); or, given ground-truth depth maps (:class:`DepthTargets`; the
+feature function then returns each version's embedding followed by its predicted depth map), RMSE_p: the mean over
+the m perturbed versions of their depth RMSE (App. E, eq. 16; the clean version's RMSE is returned separately).
 
 Seams: images are cut into fixed chunks of ``chunk_size`` consecutive images (global chunk c = images
 c·chunk_size …); ``shard`` says which chunks this process computes, and random perturbations of chunk c draw from a
@@ -37,9 +39,11 @@ from ..utils.allocator import freed_memory_kept
 from ..utils.distributed import Reduce, Shard, no_reduce
 from ..utils.numerics import mix_seed
 from .config import DivergenceRadiusConfig
+from .depth import image_rmse
 from .metrics import cosine_robustness, divergence_radius
 
 __all__ = [
+    "DepthTargets",
     "SweepOutput",
     "PerturbationCache",
     "cache_perturbations",
@@ -78,7 +82,8 @@ def sweep_parameters(
 @dataclass
 class SweepOutput:
     """Per-image values of this process's images. ``index`` (n,) are positions in the input batch; ``r_dr``,
-    ``r_cs``, ``acc_p`` are (n, P) float64 in the order of ``names``; ``clean_correct`` (n,) (or None)."""
+    ``r_cs``, ``acc_p`` (classifier), ``rmse_p`` (depth) are (n, P) float64 in the order of ``names``;
+    ``clean_correct`` (classifier) and ``clean_rmse`` (depth) (n,) (or None)."""
 
     names: tuple[str, ...]
     parameters: dict[str, Tensor]
@@ -87,6 +92,29 @@ class SweepOutput:
     r_cs: Tensor
     acc_p: Tensor | None = None
     clean_correct: Tensor | None = None
+    rmse_p: Tensor | None = None
+    clean_rmse: Tensor | None = None
+
+
+@dataclass(frozen=True)
+class DepthTargets:
+    """The depth task of a sweep (App. E): ``depth`` (N, 1, H, W) ground-truth maps of the swept images, and
+    ``embed_dim`` D: the feature function returns (B, D + H·W), each version's embedding (R_dr and R_cs are computed
+    on it) followed by its predicted depth map (:meth:`src.divergence_radius.depth.DepthModel.sweep_features`)."""
+
+    depth: Tensor
+    embed_dim: int
+
+    def split(self, out: Tensor, what: str) -> tuple[Tensor, Tensor]:
+        """(embeddings (B, D), predicted maps (B, 1, H, W)) of a feature function's output, else a clear error."""
+        h, w = self.depth.shape[-2:]
+        if out.dim() != 2 or out.shape[1] != self.embed_dim + h * w:
+            raise ValueError(
+                f"with depth targets the feature function must return (B, embed_dim + H·W) = (B, {self.embed_dim} + "
+                f"{h}·{w}) (the embedding, then the predicted depth map; DepthModel.sweep_features), got "
+                f"{tuple(out.shape)} for {what}"
+            )
+        return out[:, : self.embed_dim], out[:, self.embed_dim :].reshape(-1, 1, h, w)
 
 
 def _finite(z: Tensor, what: str, n: int) -> Tensor:
@@ -240,6 +268,7 @@ def robustness_sweep(
     device: str | torch.device | None = None,
     max_batch: int = FORWARD_BATCH,
     perturbed: PerturbationCache | None = None,
+    depth: DepthTargets | None = None,
 ) -> SweepOutput:
     """Run the sweep on this shard's chunks of ``images`` (N, 3, H, W) in [0, 1] (see module docstring).
 
@@ -250,6 +279,8 @@ def robustness_sweep(
     (1 + P·m)·n versions in one call (forwards of ``max_batch`` images).
     ``classifier``: (B, D) embeddings -> (B, C) scores (a linear probe, or zero-shot text weights); with ``labels``
     (N,) it gives ACC_p and the clean correctness.
+    ``depth``: :class:`DepthTargets` (ground-truth maps and the embedding size); ``feature_fn`` then returns each
+    version's embedding and predicted depth map, and the sweep gives RMSE_p (eq. 16) and the clean RMSE per image.
     ``perturbed``: the :func:`cache_perturbations` of the same images, config, shard and device: the versions are
     taken from it instead of being drawn again (same results bit for bit); a cache of other images, config, shard or
     device is refused (ValueError).
@@ -264,6 +295,13 @@ def robustness_sweep(
         raise ValueError("ACC_p needs both labels and classifier (or neither)")
     if labels is not None and labels.shape != (images.shape[0],):
         raise ValueError(f"labels must have shape ({images.shape[0]},), got {tuple(labels.shape)}")
+    if depth is not None:
+        if classifier is not None:
+            raise ValueError("a sweep scores one downstream task: pass labels and classifier, or depth, not both")
+        if depth.depth.dim() != 4 or depth.depth.shape[:2] != (images.shape[0], 1):
+            raise ValueError(
+                f"depth targets must be (N, 1, H, W) with N = {images.shape[0]}, got {tuple(depth.depth.shape)}"
+            )
     params = sweep_parameters(config=cfg)
     if perturbed is not None:
         if not isinstance(perturbed, PerturbationCache):
@@ -281,7 +319,7 @@ def robustness_sweep(
         chunks = [(c, sl, None) for c, sl in _chunk_slices(images.shape[0], chunk_size, shard)]
     extract = as_extractor(feature_fn, device=device, max_batch=max_batch)
     P = len(names)
-    idx_all, dr_all, cs_all, acc_all, clean_all = [], [], [], [], []
+    idx_all, dr_all, cs_all, acc_all, clean_all, rmse_all, clean_rmse_all = [], [], [], [], [], [], []
     with freed_memory_kept():
         for c, sl, versions in chunks:
             if versions is None:
@@ -291,16 +329,24 @@ def robustness_sweep(
                 versions = _versions(x, names, params, seed, c)
             n = sl.stop - sl.start
             z = extract(versions)
+            maps = None
+            if depth is not None:
+                z, maps = depth.split(z, f"chunk {c}")
+                target = depth.depth[sl].to(maps.device)
             z_clean = _finite(z[:n], "the clean images", n)
             y = labels[sl].to(z.device) if labels is not None else None
-            sets, acc = [], []
+            sets, acc, rmse = [], [], []
             for p, name in enumerate(names):
                 # image i at parameter j is row j·n + i of the perturbation's block
-                zp = _finite(z[n + p * m * n : n + (p + 1) * m * n], f"perturbation {name}", m * n)
+                rows = slice(n + p * m * n, n + (p + 1) * m * n)
+                zp = _finite(z[rows], f"perturbation {name}", m * n)
                 sets.append(torch.cat([z_clean[:, None], zp.reshape(m, n, -1).transpose(0, 1)], dim=1))  # (n, m+1, D)
                 if classifier is not None:
                     pred = classifier(zp).argmax(-1).reshape(m, n)
                     acc.append((pred == y[None]).to(F64).mean(0))
+                if maps is not None:  # eq. 16: the mean over the m versions of each version's RMSE
+                    err = image_rmse(maps[rows], target.repeat(m, 1, 1, 1))
+                    rmse.append(err.reshape(m, n).mean(0))
             pts = torch.stack(sets, 1)  # (n, P, m+1, D): one batched MEB for the chunk
             idx_all.append(torch.arange(sl.start, sl.stop))
             dr_all.append(divergence_radius(pts).cpu())
@@ -308,6 +354,9 @@ def robustness_sweep(
             if classifier is not None:
                 acc_all.append(torch.stack(acc, 1).cpu())
                 clean_all.append((classifier(z_clean).argmax(-1) == y).to(F64).cpu())
+            if maps is not None:
+                rmse_all.append(torch.stack(rmse, 1).cpu())
+                clean_rmse_all.append(image_rmse(maps[:n], target).cpu())
     empty = torch.zeros(0, P, dtype=F64)
     cat = lambda xs, e: torch.cat(xs) if xs else e  # noqa: E731
     return SweepOutput(
@@ -318,6 +367,8 @@ def robustness_sweep(
         r_cs=cat(cs_all, empty),
         acc_p=cat(acc_all, empty) if classifier is not None else None,
         clean_correct=cat(clean_all, torch.zeros(0, dtype=F64)) if classifier is not None else None,
+        rmse_p=cat(rmse_all, empty) if depth is not None else None,
+        clean_rmse=cat(clean_rmse_all, torch.zeros(0, dtype=F64)) if depth is not None else None,
     )
 
 

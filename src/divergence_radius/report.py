@@ -1,11 +1,19 @@
-"""Downstream report: per-image R_dr / R_cs, ACC_p and the robustness → ACC_p regression (Liu et al.,
-arXiv:2604.14973, §5; Figs. 5 and 10), for one backbone on labelled images (digits by default, offline).
+"""Downstream report: per-image R_dr / R_cs, the downstream score under perturbation and the robustness → score
+regression (Liu et al., arXiv:2604.14973, §5 and App. D–F), for one backbone. Two tasks, one shape:
 
-``robustness_report(...)`` returns a :class:`RobustnessReport` (its table, JSON payload and figures);
+* classification (§5; Figs. 5, 10, 17, Table 7): ACC_p of a linear probe or a zero-shot head on labelled images
+  (digits by default, offline) — ``robustness_report(...)`` returns a :class:`RobustnessReport`;
+* depth estimation (App. D–F; Table 6, Figs. 8, 9): RMSE_p of a depth head on the frozen backbone's feature map
+  (synthetic scenes by default, offline; NYU-Depth V2 with ``data=``) — ``depth_report(...)`` returns a
+  :class:`DepthReport`.
+
+Both read their score through a :class:`DownstreamMetric` (``ACC_P`` / ``RMSE_P``): the same per-perturbation rows
+(:func:`regression_rows`), table, JSON payload, figures (score vs R_dr / R_cs per image with the fitted line and
+the quartile-group means of App. F; the regressions' test MSE) and per-image rows.
 :func:`divergence_radius_report` gathers such reports into one :class:`~src.utils.report_writer.Report`
 (``divergence_radius.{md,csv,json}``, ``per_image.csv``, figures): what
-:func:`src.divergence_radius.compare.compare_backbones` returns for several backbones and
-:meth:`RobustnessReport.write` writes for one.
+:func:`src.divergence_radius.compare.compare_backbones` returns for several backbones and ``report.write`` writes
+for one.
 """
 
 from __future__ import annotations
@@ -25,18 +33,27 @@ from ..features import FORWARD_BATCH, FeatureExtractor, extractor_options
 from ..stats.rank_agreement import pearson
 from ..utils.report_writer import Report
 from .config import DivergenceRadiusConfig
+from .depth import DepthHead, DepthHeadConfig, DepthModel, fit_depth_head, frozen_features
 from .downstream import fit_line, fit_linear_probe, open_clip_zero_shot, regression_mse
-from .protocol import SweepOutput, robustness_sweep
+from .protocol import DepthTargets, SweepOutput, robustness_sweep
 
 __all__ = [
+    "ACC_P",
+    "RMSE_P",
+    "TASK_METRICS",
+    "DepthReport",
+    "DownstreamMetric",
     "RobustnessReport",
     "check_split_sizes",
     "comparison_figures",
     "comparison_markdown",
+    "depth_report",
     "digits_split",
     "divergence_radius_report",
     "drop_correlations",
     "figure_prefixes",
+    "regression_order",
+    "regression_rows",
     "robustness_report",
 ]
 
@@ -50,110 +67,197 @@ def _pearson(x: Sequence[float], y: Sequence[float]) -> float | None:
     return None if math.isnan(r) else r
 
 
-def drop_correlations(rows: Sequence[dict[str, Any]], clean_accuracy: float) -> dict[str, float | None]:
+@dataclass(frozen=True)
+class DownstreamMetric:
+    """How one downstream task's per-image score reads in the report: ACC_p of a classifier (§5.1) or RMSE_p of a
+    depth head (App. E, eq. 16). ``key``: the SweepOutput attribute, the per_image.csv column and the rows'
+    ``mean_<key>``; ``clean_key``: the clean score's key (JSON, summary); ``head_key``: the downstream head's key;
+    ``change``: "drop" (ACC − mean ACC_p) or "increase" (mean RMSE_p − RMSE), the degradation a perturbation causes,
+    = ``sign`` · (clean − mean)."""
+
+    task: str
+    key: str
+    label: str
+    clean_label: str
+    clean_key: str
+    head_key: str
+    change: str
+    sign: float
+    fmt: str
+
+    def degradation(self, clean: float, mean: float) -> float:
+        """What a perturbation costs: ACC − mean ACC_p (a drop) or mean RMSE_p − RMSE (an increase)."""
+        return self.sign * (clean - mean)
+
+
+ACC_P = DownstreamMetric("classification", "acc_p", "ACC_p", "ACC", "clean_accuracy", "classifier", "drop", 1.0, ".3f")
+RMSE_P = DownstreamMetric("depth", "rmse_p", "RMSE_p", "RMSE", "clean_rmse", "head", "increase", -1.0, ".4f")
+#: the downstream tasks of §5 and App. D–F
+TASK_METRICS = {m.task: m for m in (ACC_P, RMSE_P)}
+
+
+def drop_correlations(
+    rows: Sequence[dict[str, Any]], clean_accuracy: float, metric: DownstreamMetric = ACC_P
+) -> dict[str, float | None]:
     """The paper's Table 7 statistic: across perturbations, Pearson's r between each perturbation's mean R_dr (and
-    mean R_cs) and its accuracy drop ACC − mean ACC_p. None where undefined (fewer than 3 perturbations, or a
-    constant column)."""
-    drops = [clean_accuracy - r["mean_acc_p"] for r in rows]
+    mean R_cs) and the degradation it causes (``metric.degradation``: the accuracy drop ACC − mean ACC_p; for depth,
+    App. F's reading of Table 6 / Fig. 15, the RMSE increase mean RMSE_p − RMSE). Keys
+    ``pearson_r_dr_vs_<change>``, ``pearson_r_cs_vs_<change>``; None where undefined (fewer than 3 perturbations, or
+    a constant column)."""
+    changes = [metric.degradation(clean_accuracy, r[f"mean_{metric.key}"]) for r in rows]
     return {
-        "pearson_r_dr_vs_drop": _pearson([r["mean_r_dr"] for r in rows], drops),
-        "pearson_r_cs_vs_drop": _pearson([r["mean_r_cs"] for r in rows], drops),
+        f"pearson_r_dr_vs_{metric.change}": _pearson([r["mean_r_dr"] for r in rows], changes),
+        f"pearson_r_cs_vs_{metric.change}": _pearson([r["mean_r_cs"] for r in rows], changes),
     }
 
 
-@dataclass
-class RobustnessReport:
-    """Per-image values (``sweep``) and per-perturbation summary rows of one backbone, and the sweep's ``config``."""
+def regression_rows(sweep: SweepOutput, values: Tensor, order: Tensor, key: str) -> list[dict[str, Any]]:
+    """§5.2 / App. F per perturbation: the mean R_dr, R_cs and downstream score ``values`` (n, P) (ACC_p or RMSE_p,
+    named ``mean_<key>``), and the regression of the score on R_dr and on R_cs fitted on the first half of the images
+    in ``order`` and scored (MSE) on the second half, next to the MSE of the best constant fitted on the first half
+    (``mse_constant``; :func:`~src.divergence_radius.downstream.regression_mse`)."""
+    n, rows = values.shape[0], []
+    for j, name in enumerate(sweep.names):
+        y = values[order, j]
+        mse_dr, a_dr, b_dr = regression_mse(sweep.r_dr[order, j], y)
+        mse_cs, a_cs, b_cs = regression_mse(sweep.r_cs[order, j], y)
+        h = n // 2
+        rows.append(
+            {
+                "perturbation": name,
+                "mean_r_dr": float(sweep.r_dr[:, j].mean()),
+                "mean_r_cs": float(sweep.r_cs[:, j].mean()),
+                f"mean_{key}": float(values[:, j].mean()),
+                "mse_r_dr": mse_dr,
+                "slope_r_dr": a_dr,
+                "intercept_r_dr": b_dr,
+                "mse_r_cs": mse_cs,
+                "slope_r_cs": a_cs,
+                "intercept_r_cs": b_cs,
+                "mse_constant": float(((y[h:] - y[:h].mean()) ** 2).mean()),
+            }
+        )
+    return rows
 
+
+class _DownstreamReport:
+    """What the classification and the depth report share: the table, figures, JSON payload and per-image rows of
+    one backbone, read through ``metric`` (:class:`DownstreamMetric`), ``clean_value`` and ``head``."""
+
+    metric: DownstreamMetric
     backbone: str
-    classifier: str
-    clean_accuracy: float
     sweep: SweepOutput
-    rows: list[dict[str, Any]] = field(default_factory=list)
-    order: Tensor | None = None  # the (seeded) image order of the regression halves
-    config: DivergenceRadiusConfig | None = None
+    rows: list[dict[str, Any]]
+    config: DivergenceRadiusConfig | None
+
+    @property
+    def clean_value(self) -> float:  # pragma: no cover - both subclasses define it
+        raise NotImplementedError
+
+    @property
+    def head(self) -> str:  # pragma: no cover - both subclasses define it
+        raise NotImplementedError
+
+    def correlations(self) -> dict[str, float | None]:
+        """:func:`drop_correlations` of this report's rows and clean score."""
+        return drop_correlations(self.rows, self.clean_value, self.metric)
 
     def markdown(self) -> str:
+        mt, f = self.metric, self.metric.fmt
+        what = "classifier" if mt.task == "classification" else "head"
+        clean = "clean accuracy ACC" if mt.task == "classification" else "clean RMSE"
         head = (
-            f"Backbone `{self.backbone}`, {self.classifier} classifier, {self.sweep.r_dr.shape[0]} test images, "
-            f"m = {len(next(iter(self.sweep.parameters.values())))}; clean accuracy ACC = {self.clean_accuracy:.3f}.\n\n"
-            "| perturbation | mean R_dr | mean R_cs | mean ACC_p | MSE (R_dr → ACC_p) | MSE (R_cs → ACC_p) "
-            "| MSE (constant) |\n|---|---|---|---|---|---|---|\n"
+            f"Backbone `{self.backbone}`, {self.head} {what}, {self.sweep.r_dr.shape[0]} test images, "
+            f"m = {len(next(iter(self.sweep.parameters.values())))}; {clean} = {self.clean_value:{f}}.\n\n"
+            f"| perturbation | mean R_dr | mean R_cs | mean {mt.label} | MSE (R_dr → {mt.label}) | MSE (R_cs → "
+            f"{mt.label}) | MSE (constant) |\n|---|---|---|---|---|---|---|\n"
         )
         lines = [
-            f"| {r['perturbation']} | {r['mean_r_dr']:.4f} | {r['mean_r_cs']:.4f} | {r['mean_acc_p']:.3f} | "
+            f"| {r['perturbation']} | {r['mean_r_dr']:.4f} | {r['mean_r_cs']:.4f} | {r[f'mean_{mt.key}']:{f}} | "
             f"{r['mse_r_dr']:.4f} | {r['mse_r_cs']:.4f} | {r['mse_constant']:.4f} |"
             for r in self.rows
         ]
-        corr = drop_correlations(self.rows, self.clean_accuracy)
-        fmt = {k: "n/a" if v is None else f"{v:.2f}" for k, v in corr.items()}
+        fmt = {k: "n/a" if v is None else f"{v:.2f}" for k, v in self.correlations().items()}
+        if mt.task == "classification":
+            change = "the accuracy drop ACC − mean ACC_p (Table 7)"
+        else:
+            change = "the RMSE increase mean RMSE_p − RMSE (App. F, Table 6 against Fig. 15)"
         tail = (
-            f"\nAcross the perturbations, mean R_dr / mean R_cs vs the accuracy drop ACC − mean ACC_p (Table 7): "
-            f"Pearson {fmt['pearson_r_dr_vs_drop']} / {fmt['pearson_r_cs_vs_drop']}.\n"
+            f"\nAcross the perturbations, mean R_dr / mean R_cs vs {change}: Pearson "
+            f"{fmt[f'pearson_r_dr_vs_{mt.change}']} / {fmt[f'pearson_r_cs_vs_{mt.change}']}.\n"
         )
         return head + "\n".join(lines) + "\n" + tail
 
     def figures(self) -> dict[str, Any]:
+        """``<key>_vs_divergence_radius.png`` and ``<key>_vs_cosine_robustness.png`` (one panel per perturbation:
+        every image, the fitted line, and the means of the four quartile groups of images by robustness, the
+        paper's Figs. 5 / 8 / 17), and ``regression_mse.png`` (the test MSE of the two regressions, Figs. 9 / 10)."""
         import matplotlib.pyplot as plt
 
-        names = self.sweep.names
-        out = {}
+        from .downstream import quartile_means
+
+        mt, names, out = self.metric, self.sweep.names, {}
         for fam, attr, label in FAMILIES:
             cols = min(3, len(names))
             rows = (len(names) + cols - 1) // cols
             fig, axes = plt.subplots(rows, cols, figsize=(3.2 * cols, 2.7 * rows), squeeze=False)
-            x_all, y_all = getattr(self.sweep, attr), self.sweep.acc_p
+            x_all, y_all = getattr(self.sweep, attr), getattr(self.sweep, mt.key)
             for j, name in enumerate(names):
                 ax = axes[j // cols][j % cols]
                 x, y = x_all[:, j], y_all[:, j]
-                ax.scatter(x.numpy(), y.numpy(), s=6, alpha=0.4)
+                ax.scatter(x.numpy(), y.numpy(), s=6, alpha=0.3, color="C0")
                 a, b = fit_line(x, y)
                 xs = torch.linspace(float(x.min()), float(x.max()), 2, dtype=F64)
-                ax.plot(xs.numpy(), (a * xs + b).numpy(), color="C3", lw=1.5, label=f"{a:+.2f}·x {b:+.2f}")
+                ax.plot(xs.numpy(), (a * xs + b).numpy(), color="C3", lw=1.2, label=f"{a:+.2f}·x {b:+.2f}")
+                if x.numel() >= 4:
+                    qx, qy = quartile_means(x, y)
+                    ax.plot(qx.numpy(), qy.numpy(), "o-", color="k", ms=4, lw=1, label="quartile means")
                 ax.set_title(name, fontsize=8)
                 ax.set_xlabel(label, fontsize=7)
-                ax.set_ylabel("ACC_p", fontsize=7)
+                ax.set_ylabel(mt.label, fontsize=7)
                 ax.legend(fontsize=6)
             for j in range(len(names), rows * cols):
                 axes[j // cols][j % cols].axis("off")
-            fig.suptitle(f"ACC_p vs {label} per image ({self.backbone})", fontsize=9)
+            fig.suptitle(f"{mt.label} vs {label} per image ({self.backbone})", fontsize=9)
             fig.tight_layout()
-            out[f"acc_p_vs_{fam}.png"] = fig
+            out[f"{mt.key}_vs_{fam}.png"] = fig
         fig, ax = plt.subplots(figsize=(8, 3))
         xs = torch.arange(len(names)).numpy()
         ax.bar(xs - 0.2, [r["mse_r_cs"] for r in self.rows], 0.4, label="R_cs")
         ax.bar(xs + 0.2, [r["mse_r_dr"] for r in self.rows], 0.4, label="R_dr")
         ax.set_xticks(xs, [n.replace("_", "\n") for n in names], fontsize=7)
-        ax.set_ylabel("test MSE predicting ACC_p")
+        ax.set_ylabel(f"test MSE predicting {mt.label}")
         ax.legend(fontsize=7)
         fig.tight_layout()
         out["regression_mse.png"] = fig
         return out
 
     def to_dict(self) -> dict[str, Any]:
+        mt = self.metric
         out = {
             "backbone": self.backbone,
-            "classifier": self.classifier,
-            "clean_accuracy": self.clean_accuracy,
+            mt.head_key: self.head,
+            mt.clean_key: self.clean_value,
             "parameters": {k: v.tolist() for k, v in self.sweep.parameters.items()},
             "rows": self.rows,
-            "drop_correlations": drop_correlations(self.rows, self.clean_accuracy),
+            f"{mt.change}_correlations": self.correlations(),
         }
         if self.config is not None:
             out["config"] = self.config.to_dict()
         return out
 
     def per_image(self) -> list[dict[str, Any]]:
-        """One row per (image, perturbation): image (its index in the test images), perturbation, r_dr, r_cs,
-        acc_p (float64 values as Python floats)."""
-        s = self.sweep
+        """One row per (image, perturbation): image (its index in the test images), perturbation, r_dr, r_cs, and
+        the score (acc_p or rmse_p) (float64 values as Python floats)."""
+        s, key = self.sweep, self.metric.key
+        values = getattr(s, key)
         return [
             {
                 "image": int(s.index[i]),
                 "perturbation": name,
                 "r_dr": float(s.r_dr[i, j]),
                 "r_cs": float(s.r_cs[i, j]),
-                "acc_p": float(s.acc_p[i, j]),
+                key: float(values[i, j]),
             }
             for i in range(s.r_dr.shape[0])
             for j, name in enumerate(s.names)
@@ -163,6 +267,55 @@ class RobustnessReport:
         """The one-backbone Report written into ``out_dir`` (``divergence_radius.{md,csv,json}``, ``per_image.csv``,
         the figures; see :func:`divergence_radius_report`)."""
         return divergence_radius_report({self.backbone or "backbone": self}).write(out_dir)
+
+
+@dataclass
+class RobustnessReport(_DownstreamReport):
+    """Classification (§5): per-image values (``sweep``, with ACC_p) and per-perturbation summary rows of one
+    backbone, its clean accuracy, and the sweep's ``config``."""
+
+    backbone: str
+    classifier: str
+    clean_accuracy: float
+    sweep: SweepOutput
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    order: Tensor | None = None  # the (seeded) image order of the regression halves
+    config: DivergenceRadiusConfig | None = None
+
+    metric = ACC_P
+
+    @property
+    def clean_value(self) -> float:
+        return self.clean_accuracy
+
+    @property
+    def head(self) -> str:
+        return self.classifier
+
+
+@dataclass
+class DepthReport(_DownstreamReport):
+    """Depth estimation (App. D–F): per-image values (``sweep``, with RMSE_p and the clean RMSE), per-perturbation
+    summary rows of one backbone, the mean clean RMSE over the test images, the head (``head_kind``: its readout)
+    and the sweep's ``config``."""
+
+    backbone: str
+    head_kind: str
+    clean_rmse: float
+    sweep: SweepOutput
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    order: Tensor | None = None
+    config: DivergenceRadiusConfig | None = None
+
+    metric = RMSE_P
+
+    @property
+    def clean_value(self) -> float:
+        return self.clean_rmse
+
+    @property
+    def head(self) -> str:
+        return self.head_kind
 
 
 def check_split_sizes(n_train: object, n_test: object, available: int | None = None) -> tuple[int, int]:
@@ -243,31 +396,69 @@ def robustness_report(
         if device is not None:
             classifier = classifier.to(device)
     sweep = robustness_sweep(test_images, extract, cfg, labels=test_labels, classifier=classifier)
-    n = sweep.r_dr.shape[0]
-    order = torch.randperm(n, generator=torch.Generator().manual_seed(cfg.seed + 1))
-    rows = []
-    for j, name in enumerate(sweep.names):
-        acc = sweep.acc_p[order, j]
-        mse_dr, a_dr, b_dr = regression_mse(sweep.r_dr[order, j], acc)
-        mse_cs, a_cs, b_cs = regression_mse(sweep.r_cs[order, j], acc)
-        h = n // 2
-        mse_const = float(((acc[h:] - acc[:h].mean()) ** 2).mean())
-        rows.append(
-            {
-                "perturbation": name,
-                "mean_r_dr": float(sweep.r_dr[:, j].mean()),
-                "mean_r_cs": float(sweep.r_cs[:, j].mean()),
-                "mean_acc_p": float(sweep.acc_p[:, j].mean()),
-                "mse_r_dr": mse_dr,
-                "slope_r_dr": a_dr,
-                "intercept_r_dr": b_dr,
-                "mse_r_cs": mse_cs,
-                "slope_r_cs": a_cs,
-                "intercept_r_cs": b_cs,
-                "mse_constant": mse_const,
-            }
-        )
+    order = regression_order(sweep.r_dr.shape[0], cfg.seed)
+    rows = regression_rows(sweep, sweep.acc_p, order, ACC_P.key)
     return RobustnessReport(backbone_name, kind, float(sweep.clean_correct.mean()), sweep, rows, order, cfg)
+
+
+def regression_order(n: int, seed: int) -> Tensor:
+    """The image order whose first half fits the regressions and whose second half scores them: a permutation
+    seeded by ``seed + 1`` (the sweep's own draws use ``seed``)."""
+    return torch.randperm(n, generator=torch.Generator().manual_seed(seed + 1))
+
+
+def depth_report(
+    backbone: Any,
+    train_images: Tensor | None,
+    train_depth: Tensor | None,
+    test_images: Tensor,
+    test_depth: Tensor,
+    config: DivergenceRadiusConfig | Mapping[str, Any] | None = None,
+    *,
+    head: DepthHead | None = None,
+    depth_head: DepthHeadConfig | Mapping[str, Any] | None = None,
+    backbone_name: str = "",
+    perturbations: Sequence[str] | None = None,
+    m: int | None = None,
+    mode: str | None = None,
+    seed: int | None = None,
+    chunk_size: int | None = None,
+    device: str | None = None,
+    max_batch: int = FORWARD_BATCH,
+    extractor: Mapping[str, Any] | None = None,
+) -> DepthReport:
+    """App. D–F, the twin of :func:`robustness_report` for depth estimation: a :class:`~src.divergence_radius.depth.
+    DepthHead` fitted on the frozen ``backbone``'s features of the clean training images and their ground truth
+    (:func:`~src.divergence_radius.depth.fit_depth_head`, options ``depth_head``: a DepthHeadConfig, a mapping of
+    its fields or None; seeded by the sweep's seed), unless a trained ``head`` is given (e.g. a
+    :class:`~src.models.DepthProbe` checkpoint's); then the sweep of ``config`` on the test images with RMSE_p per
+    image and perturbation (eq. 16) and the clean RMSE, and per perturbation the regressions of RMSE_p on R_dr and on
+    R_cs (halves of :func:`regression_order`). ``backbone``: a Backbone with ``embed_with_map``; maps ``(N, 1, H, W)``
+    in metres. ``extractor``: further :class:`~src.features.FeatureExtractor` options of the forwards."""
+    cfg = DivergenceRadiusConfig.coerce(
+        config, perturbations=perturbations, m=m, mode=mode, seed=seed, chunk_size=chunk_size
+    )
+    hcfg = DepthHeadConfig.coerce(depth_head)
+    if test_images.shape[0] < 2:
+        raise ValueError(
+            f"depth_report needs at least 2 test images (the regression fits on one half and scores the other), got "
+            f"{test_images.shape[0]}"
+        )
+    options = {"max_batch": max_batch, **extractor_options(extractor)}
+    if head is None:
+        if train_images is None or train_depth is None:
+            raise ValueError("a depth head is fitted on train_images and train_depth (or pass a trained head=)")
+        z, fmaps = frozen_features(backbone, train_images, device=device, **options)
+        head = fit_depth_head(
+            fmaps, z if hcfg.with_embedding else None, train_depth, hcfg, seed=cfg.seed, device=device
+        )
+    model = DepthModel(backbone, head.to(device) if device is not None else head).eval()
+    extract = FeatureExtractor(model.sweep_features, device=device, **options)
+    sweep = robustness_sweep(test_images, extract, cfg, depth=DepthTargets(test_depth, model.embed_dim))
+    order = regression_order(sweep.r_dr.shape[0], cfg.seed)
+    rows = regression_rows(sweep, sweep.rmse_p, order, RMSE_P.key)
+    kind = f"{head.readout} readout"
+    return DepthReport(backbone_name, kind, float(sweep.clean_rmse.mean()), sweep, rows, order, cfg)
 
 
 def zero_shot_for(backbone_name: str, class_names: Sequence[str], pretrained: str | None = None, **kw: Any):
@@ -277,26 +468,29 @@ def zero_shot_for(backbone_name: str, class_names: Sequence[str], pretrained: st
     return open_clip_zero_shot(backbone_name.split(":", 1)[1], class_names, pretrained=pretrained, **kw)
 
 
-def _summary(rep: RobustnessReport) -> dict[str, Any]:
-    """One backbone's cross-perturbation summary: clean ACC, means over perturbations, Table 7 correlations."""
-    rows = rep.rows
+def _summary(rep: _DownstreamReport) -> dict[str, Any]:
+    """One backbone's cross-perturbation summary: the head, the clean score, means over perturbations, the
+    correlations of the robustness values with the degradation (Table 7)."""
+    rows, mt = rep.rows, rep.metric
     mean = lambda key: sum(r[key] for r in rows) / len(rows)  # noqa: E731
     return {
-        "classifier": rep.classifier,
-        "clean_accuracy": rep.clean_accuracy,
+        mt.head_key: rep.head,
+        mt.clean_key: rep.clean_value,
         "mean_r_dr": mean("mean_r_dr"),
         "mean_r_cs": mean("mean_r_cs"),
-        "mean_acc_p": mean("mean_acc_p"),
-        **drop_correlations(rows, rep.clean_accuracy),
+        f"mean_{mt.key}": mean(f"mean_{mt.key}"),
+        **rep.correlations(),
     }
 
 
-def divergence_radius_report(results: Mapping[str, RobustnessReport]) -> Report:
-    """The Report of per-backbone reports {label: RobustnessReport}: rows (backbone + each perturbation's summary
-    row), the Markdown (:func:`comparison_markdown`), the JSON payload {label: ``RobustnessReport.to_dict()``},
-    ``per_image.csv`` and the figures (:func:`comparison_figures`)."""
+def divergence_radius_report(results: Mapping[str, _DownstreamReport]) -> Report:
+    """The Report of per-backbone reports {label: RobustnessReport or DepthReport} (one task): rows (backbone +
+    each perturbation's summary row), the Markdown (:func:`comparison_markdown`), the JSON payload {label:
+    ``report.to_dict()``}, ``per_image.csv`` and the figures (:func:`comparison_figures`)."""
     if not results:
         raise ValueError("no DivergenceRadius results to report")
+    if len({rep.metric.task for rep in results.values()}) > 1:
+        raise ValueError("one report holds one downstream task: classification and depth results were mixed")
     return Report(
         method="divergence_radius",
         rows=[{"backbone": label, **row} for label, rep in results.items() for row in rep.rows],
@@ -310,21 +504,24 @@ def divergence_radius_report(results: Mapping[str, RobustnessReport]) -> Report:
     )
 
 
-def comparison_markdown(results: Mapping[str, RobustnessReport]) -> str:
-    """A summary table (a row per backbone: classifier, clean ACC, mean R_dr / R_cs / ACC_p over the perturbations,
-    the Table 7 correlations with the accuracy drop), then each backbone's per-perturbation table."""
+def comparison_markdown(results: Mapping[str, _DownstreamReport]) -> str:
+    """A summary table (a row per backbone: the head, the clean score (ACC or RMSE), mean R_dr / R_cs / ACC_p or
+    RMSE_p over the perturbations, the correlations of R_dr / R_cs with the degradation, Table 7), then each
+    backbone's per-perturbation table."""
     fmt = lambda v, spec: "n/a" if v is None else format(v, spec)  # noqa: E731  (None = undefined correlation)
+    mt = next(iter(results.values())).metric
+    f = mt.fmt
     lines = [
-        "| backbone | classifier | clean ACC | mean R_dr | mean R_cs | mean ACC_p | Pearson R_dr vs drop "
-        "| Pearson R_cs vs drop |",
+        f"| backbone | {mt.head_key} | clean {mt.clean_label} | mean R_dr | mean R_cs | mean {mt.label} | Pearson R_dr "
+        f"vs {mt.change} | Pearson R_cs vs {mt.change} |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for label, rep in results.items():
         s = _summary(rep)
-        r_dr, r_cs = fmt(s["pearson_r_dr_vs_drop"], ".2f"), fmt(s["pearson_r_cs_vs_drop"], ".2f")
+        r_dr, r_cs = fmt(s[f"pearson_r_dr_vs_{mt.change}"], ".2f"), fmt(s[f"pearson_r_cs_vs_{mt.change}"], ".2f")
         lines.append(
-            f"| {label} | {s['classifier']} | {s['clean_accuracy']:.3f} | {s['mean_r_dr']:.4f} | {s['mean_r_cs']:.4f} "
-            f"| {s['mean_acc_p']:.3f} | {r_dr} | {r_cs} |"
+            f"| {label} | {s[mt.head_key]} | {s[mt.clean_key]:{f}} | {s['mean_r_dr']:.4f} | {s['mean_r_cs']:.4f} "
+            f"| {s[f'mean_{mt.key}']:{f}} | {r_dr} | {r_cs} |"
         )
     parts = ["\n".join(lines) + "\n"]
     parts += [f"## {label}\n\n{rep.markdown()}" for label, rep in results.items()]
@@ -350,7 +547,7 @@ def figure_prefixes(labels: Sequence[str]) -> dict[str, str]:
     return out
 
 
-def comparison_figures(results: Mapping[str, RobustnessReport]) -> dict[str, Any]:
+def comparison_figures(results: Mapping[str, _DownstreamReport]) -> dict[str, Any]:
     """Each backbone's figures (:meth:`RobustnessReport.figures`, prefixed per :func:`figure_prefixes`) and
     ``r_dr_by_perturbation.png``: mean R_dr per perturbation, one bar per backbone (the paper's Fig. 4), on R_dr's
     fixed [0, 1] range (:mod:`src.divergence_radius.figures`)."""
