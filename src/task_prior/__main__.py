@@ -81,7 +81,7 @@ def study_images(cfg: DictConfig, seed: int) -> Tensor:
     ``data.split`` split (null = train), drawn by ``seed`` rather than the first ones (a class-sorted image folder
     would give one class). Reads the files: a missing folder fails here, before any backbone is built."""
     from ..utils.checks import check_image_size
-    from ..utils.data_tensors import dataset_tensors, load_data_config, open_splits
+    from ..utils.data_tensors import data_images
 
     data = cfg.data
     if "_target_" not in data:
@@ -94,11 +94,9 @@ def study_images(cfg: DictConfig, seed: int) -> Tensor:
     size = check_image_size(data.image_size, "data.image_size")
     split = data.get("split") or "train"
     node = {k: v for k, v in OmegaConf.to_container(data).items() if k not in OWN_DATA_KEYS}
-    dm = load_data_config(node, seed, size, paths=OmegaConf.to_container(cfg.paths, resolve=True), key="data")
-    dataset = open_splits(dm, (split,), key=f"data (data.split={split})")[split]
-    return dataset_tensors(
-        dataset, data.num_images, seed=seed, key=f"data.num_images (images of the {split} split)", minimum=2
-    )[0]
+    paths = OmegaConf.to_container(cfg.paths, resolve=True)
+    return data_images(node, data.num_images, image_size=size, seed=seed, split=split, paths=paths,
+                       key="data", count_key=f"data.num_images (images of the {split} split)")  # fmt: skip
 
 
 def run(cfg: DictConfig) -> str:

@@ -5,7 +5,8 @@
   as the training CLI does (Hydra), with the CLI's ``seed``, ``paths`` and ``image_size``. Unset mandatory keys
   (the image folder's ``root``) are refused naming the key and the fix.
 * :func:`open_splits` / :func:`dataset_tensors` / :func:`split_tensors`: the data module's split datasets, then
-  (N, 3, S, S) float images in [0, 1] and int64 labels. Missing files fail here (the data modules raise
+  (N, 3, S, S) float images in [0, 1] and int64 labels; :func:`data_images`: N seeded images of one split of an
+  option (the Task-Prior images of ``python -m src.task_prior data=...`` and of the report's ``tp_data``). Missing files fail here (the data modules raise
   ``DatasetNotFoundError`` naming the folder and the fix), i.e. before any backbone is built.
 
 Lives in ``utils`` (the lowest layer) because the method packages' CLIs (``src/<method>/__main__.py``) may not import
@@ -23,7 +24,7 @@ from torch import Tensor
 from .checks import check_int
 from .resources import config_dir
 
-__all__ = ["data_options", "dataset_tensors", "load_data_config", "open_splits", "split_tensors"]
+__all__ = ["data_images", "data_options", "dataset_tensors", "load_data_config", "open_splits", "split_tensors"]
 
 
 def data_options() -> list[str]:
@@ -174,3 +175,25 @@ def split_tensors(
         split: dataset_tensors(ds, counts.get(split), seed=seed, key=f"{key}: the number of {split} images")
         for split, ds in datasets.items()
     }
+
+
+def data_images(
+    data: str | Mapping[str, Any],
+    count: int,
+    *,
+    image_size: int,
+    seed: int,
+    split: str = "train",
+    paths: Mapping[str, Any] | None = None,
+    key: str = "data",
+    count_key: str | None = None,
+) -> Tensor:
+    """(count, 3, S, S) images in [0, 1] of the ``split`` split of ``data`` (as :func:`load_data_config`), built at
+    ``image_size`` with ``seed``, drawn uniformly without replacement by ``seed`` (:func:`dataset_tensors`: a
+    class-sorted image folder's first images would be one class). A missing folder fails here, naming it; more
+    images than the split holds are refused, never clamped. ``key`` / ``count_key`` name the setting and its count
+    in errors."""
+    dm = load_data_config(data, seed, image_size, paths=paths, key=key)
+    dataset = open_splits(dm, (split,), key=f"{key} ({split} split)")[split]
+    count_key = count_key or f"{key}: the number of images (of its {split} split)"
+    return dataset_tensors(dataset, count, seed=seed, key=count_key, minimum=2)[0]
