@@ -257,11 +257,14 @@ CLI_BLOCKS = [
         differ={  # the keys of the shared configs/run_options group
             "progress": "true: a CLI shows its progress; the function is quiet unless asked",
             "extractor": "the FeatureExtractor options, each at its default (null / auto / false) = the function's None",
+            "depth": "the depth: block, its fields each at DepthHeadConfig's default (the block below) = the function's None",
         },
         effective={
             k: _item("src.divergence_radius.compare:DIGITS_SPLIT", k) for k in ("image_size", "n_train", "n_test")
         },
     ),
+    # the depth head and its fit (task=depth): every key a DepthHeadConfig field, at its default
+    CliBlock("divergence_radius.yaml", "depth", "src.divergence_radius.depth:DepthHeadConfig"),
     # the Task-Prior CLI's data: block (num_images, image_size of the bundled digits; split is the CLI's own)
     CliBlock("task_prior.yaml", "data", "src.task_prior.report:digits_images"),
 ]

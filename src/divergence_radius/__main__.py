@@ -2,11 +2,13 @@
 ``configs/divergence_radius.yaml``; :func:`src.divergence_radius.compare.compare_backbones`).
 
 Writes to the run directory ``divergence_radius.md`` (a summary row per backbone, then per backbone and perturbation
-mean R_dr, R_cs, ACC_p and the regression MSEs), ``divergence_radius.csv``, ``divergence_radius.json``,
-``per_image.csv`` and the figures (see :mod:`src.divergence_radius.compare`).
+mean R_dr, R_cs, ACC_p (``task=classification``) or RMSE_p (``task=depth``) and the regression MSEs),
+``divergence_radius.csv``, ``divergence_radius.json``, ``per_image.csv`` and the figures (see
+:mod:`src.divergence_radius.compare`).
 
-Data: without ``data=`` the bundled digits split of ``compare_backbones``; ``data=<configs/data option>`` (the
-training CLI's group) is read through :mod:`src.utils.data_tensors` (train split: the probe; test split: the sweep).
+Data: without ``data=`` the bundled digits split (classification) or synthetic scenes with exact depth (depth) of
+``compare_backbones``; ``data=<configs/data option>`` (the training CLI's group, e.g. ``nyu_depth_v2`` for depth) is
+read through :mod:`src.utils.data_tensors` (train split: the probe or the depth head; test split: the sweep).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ def comparison_arguments(cfg: DictConfig) -> dict[str, Any]:
     forwards (:func:`src.features.extractor_options`)."""
     from ..features import extractor_options
     from .config import DivergenceRadiusConfig
+    from .depth import DepthHeadConfig
 
     plain = lambda node: OmegaConf.to_container(node, resolve=True) if node is not None else None  # noqa: E731
     block = with_run_seed(plain(cfg.divergence_radius), cfg)
@@ -42,6 +45,12 @@ def comparison_arguments(cfg: DictConfig) -> dict[str, Any]:
     except (TypeError, ValueError) as exc:
         raise type(exc)(
             f"divergence_radius block of configs/divergence_radius.yaml: {exc} (override a field as divergence_radius.m=...)"
+        ) from None
+    try:
+        depth = DepthHeadConfig.coerce(plain(cfg.get("depth")))
+    except (TypeError, ValueError) as exc:
+        raise type(exc)(
+            f"depth block of configs/divergence_radius.yaml: {exc} (override a field as depth.epochs=...)"
         ) from None
     return {
         "backbones": plain(cfg.backbones),
@@ -53,13 +62,16 @@ def comparison_arguments(cfg: DictConfig) -> dict[str, Any]:
         "n_train": cfg.n_train,
         "n_test": cfg.n_test,
         "probe_C": cfg.probe_C,
+        "task": cfg.get("task", "classification"),
+        "depth": depth,
         "extractor": extractor_options(plain(cfg.get("extractor"))),
     }
 
 
 def uses_bundled_digits(cfg: DictConfig) -> bool:
-    """No ``data=`` (the default): the seeded digits split of ``compare_backbones`` (its ``DIGITS_SPLIT`` sizes
-    ``image_size`` / ``n_train`` / ``n_test``), i.e. this CLI's data before ``data=`` existed."""
+    """No ``data=`` (the default): the seeded digits split (classification) or synthetic scenes (depth) of
+    ``compare_backbones`` (its ``DIGITS_SPLIT`` / ``SCENES_SPLIT`` sizes ``image_size`` / ``n_train`` / ``n_test``),
+    i.e. this CLI's data before ``data=`` existed."""
     return cfg.get("data") is None
 
 
@@ -73,7 +85,7 @@ def data_arguments(cfg: DictConfig, seed: int) -> dict[str, Any]:
 
     paths = OmegaConf.to_container(cfg.paths, resolve=True)
     dm = load_data_config(OmegaConf.to_container(cfg.data), seed, cfg.image_size, paths=paths, key="data")
-    linear = cfg.classifier == "linear"
+    linear = cfg.classifier == "linear" or cfg.get("task") == "depth"  # a probe or a depth head: the train split
     splits = open_splits(dm, ("train", "test") if linear else ("test",), key="data")
     images, labels = dataset_tensors(
         splits["test"], cfg.n_test, seed=seed, key="n_test (test-split images swept)", minimum=2
@@ -102,13 +114,13 @@ def run(cfg: DictConfig) -> Path:
     from .compare import check_comparison, compare_backbones
 
     args = comparison_arguments(cfg)
-    cheap = {k: v for k, v in args.items() if k not in ("templates", "probe_C", "extractor")}
+    cheap = {k: v for k, v in args.items() if k not in ("templates", "probe_C", "depth", "extractor")}
     if not uses_bundled_digits(cfg):  # backbones, sweep, classifier, sizes first; the data's class names below
         cheap["class_names"] = None
     check_comparison(**cheap)
     if not uses_bundled_digits(cfg):
         args.update(data_arguments(cfg, args["config"].seed))  # reads the data: missing files fail here
-        check_comparison(**{k: v for k, v in args.items() if k not in ("templates", "probe_C", "extractor")})
+        check_comparison(**{k: v for k, v in args.items() if k not in ("templates", "probe_C", "depth", "extractor")})
     out = check_writable_dir(cfg.paths.output_dir, OUTPUT_DIR_FIX)
     keep_freed_memory()  # reuse freed activation memory (docs/speed.md), as every CLI does
     t0 = time.perf_counter()

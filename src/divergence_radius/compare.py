@@ -1,17 +1,23 @@
 """Comparing backbones with DivergenceRadius (Liu et al., "Robustness of Vision Foundation Models to Common
-Perturbations", arXiv:2604.14973, §5): the per-backbone downstream report
-(:func:`~src.divergence_radius.report.robustness_report`: linear probe or zero-shot head, the sweep with ACC_p, the robustness
-→ ACC_p regression) for every backbone under one :class:`~src.divergence_radius.config.DivergenceRadiusConfig`, gathered
-into one :class:`~src.utils.report_writer.Report` (``method="divergence_radius"``), the shape every method's
-``compare_backbones`` returns.
+Perturbations", arXiv:2604.14973, §5 and App. D–F): the per-backbone downstream report for every backbone under one
+:class:`~src.divergence_radius.config.DivergenceRadiusConfig`, gathered into one
+:class:`~src.utils.report_writer.Report` (``method="divergence_radius"``), the shape every method's
+``compare_backbones`` returns. ``task`` picks the downstream task:
+
+* ``"classification"`` (§5): :func:`~src.divergence_radius.report.robustness_report` — linear probe or zero-shot
+  head, the sweep with ACC_p, the robustness → ACC_p regression; digits by default;
+* ``"depth"`` (App. D–F): :func:`~src.divergence_radius.report.depth_report` — a depth head on the frozen
+  backbone's feature map, the sweep with RMSE_p (eq. 16), the robustness → RMSE_p regression; synthetic scenes with
+  exact depth by default (:data:`SCENES_SPLIT`).
 
 Files of ``Report.write(out)``: ``divergence_radius.md`` (a cross-backbone summary table, then each backbone's
 per-perturbation table), ``divergence_radius.csv`` (one row per backbone and perturbation), ``divergence_radius.json``
-({backbone label: RobustnessReport.to_dict()}), ``per_image.csv`` (backbone, image, perturbation, r_dr, r_cs, acc_p),
-``r_dr_by_perturbation.png`` and each backbone's figures ``acc_p_vs_divergence_radius.png`` (Fig. 5),
-``acc_p_vs_cosine_robustness.png`` (Fig. 17), ``regression_mse.png`` (Fig. 10): under these names for a single
-backbone, prefixed with the backbone's label (``<label>__acc_p_vs_divergence_radius.png``, characters other than
-letters, digits, ``.``, ``_`` and ``-`` replaced by ``_``) when there are several.
+({backbone label: report.to_dict()}), ``per_image.csv`` (backbone, image, perturbation, r_dr, r_cs, acc_p or rmse_p),
+``r_dr_by_perturbation.png`` and each backbone's figures ``<score>_vs_divergence_radius.png`` (Figs. 5 / 8),
+``<score>_vs_cosine_robustness.png`` (Figs. 17 / 8), ``regression_mse.png`` (Figs. 10 / 9), ``<score>`` = ``acc_p``
+or ``rmse_p``: under these names for a single backbone, prefixed with the backbone's label
+(``<label>__acc_p_vs_divergence_radius.png``, characters other than letters, digits, ``.``, ``_`` and ``-`` replaced
+by ``_``) when there are several.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from ..backbones.base import Backbone
 from ..backbones.spec import (
     BackboneLike,
     backbone_labels,
@@ -40,17 +47,28 @@ from ..perturbations.registry import check_perturbable_images
 from ..utils.progress import progress_sink
 from ..utils.report_writer import Report
 from .config import DivergenceRadiusConfig
+from .depth import DepthHeadConfig
 from .downstream import DEFAULT_TEMPLATES
 from .report import (
-    RobustnessReport,
+    TASK_METRICS,
     check_split_sizes,
+    depth_report,
     digits_split,
     divergence_radius_report,
     robustness_report,
+    scenes_split,
     zero_shot_for,
 )
 
-__all__ = ["CLASSIFIERS", "DIGIT_NAMES", "DIGITS_SPLIT", "compare_backbones", "check_comparison"]
+__all__ = [
+    "CLASSIFIERS",
+    "DIGIT_NAMES",
+    "DIGITS_SPLIT",
+    "SCENES_SPLIT",
+    "TASKS",
+    "compare_backbones",
+    "check_comparison",
+]
 
 log = logging.getLogger("repbench")
 
@@ -61,6 +79,14 @@ DIGIT_NAMES = ("zero", "one", "two", "three", "four", "five", "six", "seven", "e
 #: the default data: scikit-learn digits upsampled to image_size, a seeded split into n_train probe-training and
 #: n_test swept images (image_size 64: the probe reaches ~0.95 with EfficientNet-Lite0)
 DIGITS_SPLIT = MappingProxyType({"image_size": 64, "n_train": 1000, "n_test": 200})
+#: the depth task's default data: synthetic scenes (src/images/depth_scenes.py), n_train to fit the head and n_test
+#: swept, at image_size: the digits split's sizes, so one set of image_size / n_train / n_test keys
+#: (configs/divergence_radius.yaml) serves both tasks
+SCENES_SPLIT = DIGITS_SPLIT
+#: the downstream tasks: §5's classifiers (ACC_p) and App. D–F's depth head (RMSE_p)
+TASKS = tuple(TASK_METRICS)
+#: the backbone sources whose wrappers expose a spatial feature map (Backbone.embed_with_map), what the depth head reads
+MAP_SOURCES = ("timm:", "embedded:", "hf:", "open_clip:")
 
 
 @dataclass(frozen=True)
@@ -71,7 +97,8 @@ class Plan:
     specs: list[Any]
     labels: list[str]
     config: DivergenceRadiusConfig
-    digits: dict[str, int] | None
+    digits: dict[str, int] | None  # the default split's sizes (digits or scenes, by task); None with images=
+    task: str = "classification"
 
 
 def check_comparison(
@@ -87,16 +114,23 @@ def check_comparison(
     image_size: int | None = None,
     n_train: int | None = None,
     n_test: int | None = None,
+    task: str = "classification",
 ) -> Plan:
     """Every check of :func:`compare_backbones` that needs no backbone (the CLI runs it before its output-folder
-    check): the backbone list and labels, the config, the classifier (zero-shot needs ``open_clip:`` backbones and a
-    class name per label), and either the digits split sizes or the given images and labels. ValueErrors name the
-    argument and the fix."""
-    from ..utils.checks import check_image_size
-
+    check): the backbone list and labels, the config, the task, the classifier (zero-shot needs ``open_clip:``
+    backbones and a class name per label), and either the default split's sizes or the given images and labels
+    (depth: maps). ValueErrors name the argument and the fix."""
     specs = backbone_list(backbones)
     names = backbone_labels(specs)
     cfg = DivergenceRadiusConfig.coerce(config)
+    if task not in TASKS:
+        raise ValueError(
+            f"task must be 'classification' (§5: ACC_p of a classifier) or 'depth' (App. D-F: RMSE_p of a depth "
+            f"head), got {task!r}"
+        )
+    if task == "depth":
+        return _check_depth(specs, names, cfg, images, labels, train_images, train_labels, classifier,
+                            image_size, n_train, n_test)  # fmt: skip
     if classifier not in CLASSIFIERS:
         raise ValueError(
             f"classifier must be 'linear' (a logistic-regression probe on clean features) or 'zero_shot' (CLIP "
@@ -115,15 +149,7 @@ def check_comparison(
                 "labels=, train_images= and train_labels= go with images= (the test images); pass images= too, or "
                 "none of them for the digits default"
             )
-        digits = {k: DIGITS_SPLIT[k] if v is None else v for k, v in
-                  (("image_size", image_size), ("n_train", n_train), ("n_test", n_test))}  # fmt: skip
-        digits["image_size"] = check_image_size(digits["image_size"], "image_size")
-        if digits["image_size"] < MIN_SIZE:
-            raise ValueError(
-                f"image_size must be >= {MIN_SIZE} (the perturbations need a margin), got {digits['image_size']}; "
-                f"set image_size={DIGITS_SPLIT['image_size']} (say)"
-            )
-        digits["n_train"], digits["n_test"] = check_split_sizes(digits["n_train"], digits["n_test"])
+        digits = _default_split(DIGITS_SPLIT, image_size, n_train, n_test)
         if classifier == "linear" and digits["n_train"] < 2:
             raise ValueError(
                 f"classifier=linear fits a probe on n_train clean images: n_train must be >= 2, got {digits['n_train']}"
@@ -150,6 +176,91 @@ def check_comparison(
         raise ValueError("train_images= / train_labels= train the linear probe; classifier='zero_shot' uses none")
     _check_class_names(classifier, class_names, int(labels.max()) if labels.numel() else 0)
     return Plan(specs, names, cfg, None)
+
+
+def _default_split(
+    default: Mapping[str, int], image_size: int | None, n_train: int | None, n_test: int | None
+) -> dict[str, int]:
+    """The sizes of a default data split (digits or scenes): each None is ``default``'s value; image_size >=
+    MIN_SIZE (the perturbations need a margin), n_train >= 0, n_test >= 2 (:func:`check_split_sizes`)."""
+    from ..utils.checks import check_image_size
+
+    sizes = {k: default[k] if v is None else v for k, v in
+             (("image_size", image_size), ("n_train", n_train), ("n_test", n_test))}  # fmt: skip
+    sizes["image_size"] = check_image_size(sizes["image_size"], "image_size")
+    if sizes["image_size"] < MIN_SIZE:
+        raise ValueError(
+            f"image_size must be >= {MIN_SIZE} (the perturbations need a margin), got {sizes['image_size']}; "
+            f"set image_size={default['image_size']} (say)"
+        )
+    sizes["n_train"], sizes["n_test"] = check_split_sizes(sizes["n_train"], sizes["n_test"])
+    return sizes
+
+
+def _check_depth(
+    specs: list[Any],
+    names: list[str],
+    cfg: DivergenceRadiusConfig,
+    images: Tensor | None,
+    labels: Tensor | None,
+    train_images: Tensor | None,
+    train_labels: Tensor | None,
+    classifier: str,
+    image_size: int | None,
+    n_train: int | None,
+    n_test: int | None,
+) -> Plan:
+    """The depth task's checks: backbones that expose a feature map (:data:`MAP_SOURCES`), no zero-shot classifier,
+    and either the scenes split sizes or images with depth maps (``labels``: (N, 1, H, W), the images' size; the
+    training pair likewise, at least 2 images: BatchNorm)."""
+    if classifier != "linear":
+        raise ValueError(f"task='depth' fits a depth head; classifier={classifier!r} is a classification setting")
+    no_map = [spec_name(s) for s in specs if not _has_map(s)]
+    if no_map:
+        raise ValueError(
+            f"task='depth' reads the backbone's spatial feature map, which {no_map} do not expose; use timm:, "
+            "embedded:, hf: or open_clip: backbones"
+        )
+    if images is None:
+        if any(v is not None for v in (labels, train_images, train_labels)):
+            raise ValueError(
+                "labels=, train_images= and train_labels= go with images= (the test images and their depth maps); "
+                "pass images= too, or none of them for the synthetic scenes"
+            )
+        scenes = _default_split(SCENES_SPLIT, image_size, n_train, n_test)
+        if scenes["n_train"] < 2:
+            raise ValueError(f"task=depth fits a head on n_train scenes: n_train must be >= 2, got {scenes['n_train']}")
+        return Plan(specs, names, cfg, scenes, "depth")
+    given = {"image_size": image_size, "n_train": n_train, "n_test": n_test}
+    if any(v is not None for v in given.values()):
+        raise ValueError(
+            f"{[k for k, v in given.items() if v is not None]} set the synthetic scenes; with images= leave them "
+            "None (the images' own size and count are used)"
+        )
+    _check_depth_maps(images, labels, "images", "labels", at_least=2, why="the regression fits on one half")
+    if train_images is None or train_labels is None:
+        raise ValueError("task='depth' fits a head on clean training images: pass train_images= and train_labels=")
+    _check_depth_maps(train_images, train_labels, "train_images", "train_labels", at_least=2, why="BatchNorm")
+    return Plan(specs, names, cfg, None, "depth")
+
+
+def _has_map(spec: Any) -> bool:
+    """Whether a backbone (or the spec of one) exposes a spatial feature map."""
+    if isinstance(spec, Backbone):
+        return type(spec).forward_normalized_with_map is not Backbone.forward_normalized_with_map
+    return spec_name(spec).startswith(MAP_SOURCES)
+
+
+def _check_depth_maps(x: Tensor, y: Tensor | None, name: str, map_name: str, *, at_least: int, why: str) -> None:
+    """Images that ``perturb`` accepts with one float depth map (N, 1, H, W) each, at the images' size."""
+    check_perturbable_images(x, name)
+    n = x.shape[0]
+    if n < at_least:
+        raise ValueError(f"{name} must hold at least {at_least} images ({why}), got {n}")
+    want = (n, 1, *x.shape[-2:])
+    if not isinstance(y, Tensor) or tuple(y.shape) != want or not y.is_floating_point():
+        got = f"shape {tuple(y.shape)} {y.dtype}" if isinstance(y, Tensor) else type(y).__name__
+        raise ValueError(f"{map_name} must be float depth maps of shape {want} (metres, one per image), got {got}")
 
 
 def _check_class_names(classifier: str, class_names: Sequence[str] | None, top_label: int) -> None:
@@ -200,53 +311,71 @@ def compare_backbones(
     n_train: int | None = None,
     n_test: int | None = None,
     probe_C: float = 1.0,
+    task: str = "classification",
+    depth: DepthHeadConfig | Mapping[str, Any] | None = None,
     device: str | torch.device = "cpu",
     progress: bool | Callable[[str], None] = False,
     extractor: Mapping[str, Any] | None = None,
 ) -> Report:
-    """The §5 protocol (:func:`~src.divergence_radius.report.robustness_report`) for every backbone under one sweep
+    """The §5 protocol (``task="classification"``: :func:`~src.divergence_radius.report.robustness_report`) or App.
+    D–F's (``task="depth"``: :func:`~src.divergence_radius.report.depth_report`) for every backbone under one sweep
     ``config`` (a DivergenceRadiusConfig, a mapping of its fields, or None for its defaults) → a Report
-    (``method="divergence_radius"``, ``results``: {label: RobustnessReport}; see the module docstring for its files).
+    (``method="divergence_radius"``, ``results``: {label: RobustnessReport or DepthReport}; see the module docstring
+    for its files).
 
     ``backbones``: names, ``{name: ..., **create_backbone options}`` or Backbones
     (:func:`~src.backbones.spec.backbone_list`; labels from :func:`~src.backbones.spec.backbone_labels`).
-    Data: by default the digits (:data:`DIGITS_SPLIT`: ``image_size``, ``n_train``, ``n_test``, None = its values;
-    split seeded by ``config.seed``); or ``images`` (N, 3, H, W) in [0, 1] with integer ``labels`` (N,), plus
-    ``train_images`` / ``train_labels`` for the linear probe. ``classifier``: "linear" (probe with L2 penalty
-    ``probe_C``) or "zero_shot" (open_clip backbones; prompts ``templates`` with ``class_names``, default the digit
-    names). ``progress``: True logs a line per backbone, a callable receives those lines. ``extractor``: options of
-    the backbones' :class:`~src.features.FeatureExtractor` (:func:`src.features.extractor_options`; None = its
-    defaults). Every argument is checked before any backbone is built.
+    Data: by default the digits (:data:`DIGITS_SPLIT`) or, for depth, synthetic scenes (:data:`SCENES_SPLIT`):
+    ``image_size``, ``n_train``, ``n_test``, None = its values, drawn with ``config.seed``; or ``images`` (N, 3, H, W)
+    in [0, 1] with ``labels`` (classification: integer classes (N,); depth: maps (N, 1, H, W) in metres), plus
+    ``train_images`` / ``train_labels`` for the linear probe or the depth head. ``classifier``: "linear" (probe with
+    L2 penalty ``probe_C``) or "zero_shot" (open_clip backbones; prompts ``templates`` with ``class_names``, default
+    the digit names). ``depth``: the depth head and its fit (a :class:`~src.divergence_radius.depth.DepthHeadConfig`,
+    a mapping of its fields or None for its defaults; seeded by ``config.seed``). ``progress``: True logs a line per
+    backbone, a callable receives those lines. ``extractor``: options of the backbones'
+    :class:`~src.features.FeatureExtractor` (:func:`src.features.extractor_options`; None = its defaults). Every
+    argument is checked before any backbone is built.
     """
     extractor = extractor_options(extractor)
     plan = check_comparison(
         backbones, config, images=images, labels=labels, train_images=train_images, train_labels=train_labels,
         classifier=classifier, class_names=class_names, image_size=image_size, n_train=n_train, n_test=n_test,
+        task=task,
     )  # fmt: skip
+    head_cfg = DepthHeadConfig.coerce(depth)
     cfg, say = plan.config, progress_sink(progress)
     if len(plan.specs) > 1:
         check_buildable(plan.specs)  # a missing weight file fails now, not after the first backbones ran
     if plan.digits is not None:
-        train_images, train_labels, images, labels = digits_split(**plan.digits, seed=cfg.seed)
+        split = scenes_split if plan.task == "depth" else digits_split
+        train_images, train_labels, images, labels = split(**plan.digits, seed=cfg.seed)
     names = list(DIGIT_NAMES) if class_names is None else list(class_names)
-    results: dict[str, RobustnessReport] = {}
+    results: dict[str, Any] = {}
     for label, spec in zip(plan.labels, plan.specs):
         t0 = time.perf_counter()
         with torch.random.fork_rng(devices=[]):  # random-weight backbones: the same weights in every run of a config
             torch.manual_seed(cfg.seed)
             bb = build_backbone(spec).eval().to(device)
         head = None
-        if classifier == "zero_shot":
-            head = zero_shot_for(bb.name, names, pretrained=_pretrained(spec, bb), templates=list(templates))
-            head = head.to(device)
-        results[label] = robustness_report(
-            bb.embed, train_images, train_labels, images, labels, cfg, backbone_name=label, classifier=head,
-            probe_C=probe_C, device=str(device), extractor=extractor,
-        )  # fmt: skip
+        if plan.task == "depth":
+            results[label] = depth_report(
+                bb, train_images, train_labels, images, labels, cfg, depth_head=head_cfg, backbone_name=label,
+                device=str(device), extractor=extractor,
+            )  # fmt: skip
+        else:
+            if classifier == "zero_shot":
+                head = zero_shot_for(bb.name, names, pretrained=_pretrained(spec, bb), templates=list(templates))
+                head = head.to(device)
+            results[label] = robustness_report(
+                bb.embed, train_images, train_labels, images, labels, cfg, backbone_name=label, classifier=head,
+                probe_C=probe_C, device=str(device), extractor=extractor,
+            )  # fmt: skip
         if say:
-            rows = results[label].rows
+            rep = results[label]
+            rows, mt = rep.rows, rep.metric
+            clean = "clean accuracy" if plan.task == "classification" else "clean RMSE"
             say(
-                f"DivergenceRadius {label}: clean accuracy {results[label].clean_accuracy:.3f}, mean R_dr "
+                f"DivergenceRadius {label}: {clean} {rep.clean_value:{mt.fmt}}, mean R_dr "
                 f"{sum(r['mean_r_dr'] for r in rows) / len(rows):.4f} over {len(rows)} perturbation(s) "
                 f"({time.perf_counter() - t0:.0f} s)"
             )

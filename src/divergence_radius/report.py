@@ -55,6 +55,7 @@ __all__ = [
     "regression_order",
     "regression_rows",
     "robustness_report",
+    "scenes_split",
 ]
 
 F64 = torch.float64
@@ -326,10 +327,10 @@ def check_split_sizes(n_train: object, n_test: object, available: int | None = N
         if isinstance(value, bool) or not isinstance(value, numbers.Integral):
             raise ValueError(f"{key} must be an integer, got {value!r}")
         if value < 0:
-            raise ValueError(f"{key} must be >= 0 (a number of digits images), got {value}; set {key} to e.g. 200")
+            raise ValueError(f"{key} must be >= 0 (a number of images), got {value}; set {key} to e.g. 200")
     if n_test < 2:
         raise ValueError(
-            f"n_test must be >= 2, got {n_test}: the robustness -> ACC_p regression fits on one half of the test "
+            f"n_test must be >= 2, got {n_test}: the robustness -> ACC_p regression (RMSE_p: depth) fits on one half of the test "
             "images and scores the other; set n_test to e.g. 200"
         )
     if available is not None and n_train + n_test > available:
@@ -350,6 +351,18 @@ def digits_split(image_size: int, n_train: int, n_test: int, seed: int = 0) -> t
     tr, te = perm[:n_train], perm[n_train : n_train + n_test]
     x = upsample_digits(images, image_size)
     return x[tr], labels[tr], x[te], labels[te]
+
+
+def scenes_split(image_size: int, n_train: int, n_test: int, seed: int = 0) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """The depth task's offline data, the twin of :func:`digits_split`: ``n_train`` + ``n_test`` synthetic scenes
+    with exact depth (:func:`src.images.depth_scenes.depth_scenes` of ``seed``, at ``image_size``), the first
+    ``n_train`` to fit the head, the others swept: (train images, train depth (N, 1, S, S) metres, test images, test
+    depth)."""
+    from ..images.depth_scenes import depth_scenes
+
+    n_train, n_test = check_split_sizes(n_train, n_test)
+    x, y = depth_scenes(n_train + n_test, image_size, seed)
+    return x[:n_train], y[:n_train], x[n_train:], y[n_train:]
 
 
 def robustness_report(

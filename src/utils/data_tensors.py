@@ -136,7 +136,8 @@ def open_splits(datamodule: Any, splits: Sequence[str], *, key: str = "data") ->
 def dataset_tensors(
     dataset: Any, count: int | None = None, *, seed: int = 0, key: str = "max_items", minimum: int = 0
 ) -> tuple[Tensor, Tensor]:
-    """(images float (N, C, H, W), labels int64 (N,)) of a map-style dataset of ``(x, y, ...)`` items.
+    """(images float (N, C, H, W), labels int64 (N,)) of a map-style dataset of ``(x, y, ...)`` items; targets that
+    are tensors of one or more dimensions (a depth data module's (1, H, W) maps) are stacked as float (N, 1, H, W).
 
     ``count``: None = every item, in order; else exactly ``count`` items drawn uniformly without replacement by
     ``seed`` (a class-sorted image folder's first items would be one class), in the dataset's order. A ``count``
@@ -152,10 +153,12 @@ def dataset_tensors(
     for i in index:
         item = dataset[i]
         xs.append(torch.as_tensor(item[0]))
-        ys.append(int(item[1]))
+        ys.append(torch.as_tensor(item[1]))
     if not xs:
         return torch.empty(0), torch.empty(0, dtype=torch.long)
-    return torch.stack(xs).float(), torch.tensor(ys, dtype=torch.long)
+    if ys[0].dim() > 0:  # per-pixel targets (depth maps)
+        return torch.stack(xs).float(), torch.stack(ys).float()
+    return torch.stack(xs).float(), torch.tensor([int(y) for y in ys], dtype=torch.long)
 
 
 def split_tensors(
