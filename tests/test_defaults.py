@@ -122,6 +122,14 @@ CASES = [
     Case("src.data:DigitsDataModule", "data/digits.yaml", "data", wiring=dict(_DATA_WIRING)),
     Case("src.data:GaussianTaskDataModule", "data/gaussian.yaml", "data", ["data=gaussian"], wiring=dict(_DATA_WIRING)),
     Case("src.data:PhotosDataModule", "data/photos.yaml", "data", ["data=photos", "model=robust_finetune"]),
+    Case("src.data:SyntheticDepthDataModule", "data/synthetic_depth.yaml", "data", ["data=synthetic_depth"]),
+    Case(
+        "src.data:NYUDepthV2DataModule",
+        "data/nyu_depth_v2.yaml",
+        "data",
+        ["data=nyu_depth_v2"],
+        wiring={"path": "under the run's data folder (${paths.data_dir})"},
+    ),
     Case(
         "src.models:PerturbationRobustFineTune",
         "model/robust_finetune.yaml",
