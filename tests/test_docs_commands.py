@@ -70,6 +70,11 @@ RESUME = "resumes or evaluates a run of the main job (minutes); the Quickstart's
 DOWNLOAD = "downloads weights or a data set (CI is offline)"
 DATA = "needs a data set on disk that is not in the repository"
 OFFICIAL = "the official budget or a paper preset: hours, with weights and data that are not offline"
+REPORT_JOBS = (
+    "the default report's 5 real backbones as jobs (minutes); tests/report/test_workers.py runs this launcher path and "
+    "the page stage on 4 tiny backbones"
+)
+SLURM = "submits jobs to a SLURM cluster (sbatch) with the official budget; the config composes with the launcher"
 
 COMPOSED = {
     "HF_HUB_OFFLINE=1 .venv/bin/python -m src.train": DEFAULT_TRAIN,
@@ -98,6 +103,11 @@ COMPOSED = {
     "python -m src.report": REAL_WEIGHTS,
     "python -m src.report budgets.sizes=[2048,8192]": REAL_WEIGHTS,
     "python -m src.report report_preset=synbench_paper": OFFICIAL,
+    "python -m src.report -m hydra/launcher=joblib hydra.launcher.n_jobs=2 stage=compute 'shard=range(0,5)'": REPORT_JOBS,
+    "python -m src.report stage=page": REPORT_JOBS,
+    "python -m src.report -m hydra/launcher=submitit_slurm hydra.launcher.gpus_per_node=1 hydra.launcher.timeout_min=120 "
+    "stage=compute 'shard=range(0,5)' device=cuda full=true cache_dir=/shared/report_cache": SLURM,
+    "python -m src.report stage=page full=true cache_dir=/shared/report_cache": SLURM,
     "python -m src.report report_preset=task_priors_paper": OFFICIAL,
     "python -m src.report report_preset=synbench_paper 'downstream.sets=[{option: cifar10, download: true}]'": OFFICIAL,
     "python -m src.report 'backbones=[{name:open_clip:ViT-B-16,pretrained:openai},{name:timm:vit_base_patch16_224}]' "

@@ -276,9 +276,23 @@ def divergence_radius_figure(values: Mapping[str, Mapping[str, Any]]) -> Any:
 
 
 # ----------------------------------------------------------------------------------------------- task prior
+class Once:
+    """A value computed by ``fn()`` on the first call only, then kept (``fn`` and what it holds are dropped)."""
+
+    def __init__(self, fn: Any) -> None:
+        self._fn, self._value = fn, None
+
+    def __call__(self) -> Any:
+        if self._fn is not None:
+            self._value, self._fn = self._fn(), None
+        return self._value
+
+
 def task_prior_prepare(cfg: Any, device: Any, given: Tensor | None, extractor: Any = None) -> dict[str, Any]:
-    """The study's images (``given``, else the first ``tp_images`` digits at ``tp_image_size``) and the prior's
-    features on them (the prior built once, its random weights seeded by the Task-Prior seed)."""
+    """The study's images (``given``, else the first ``tp_images`` digits at ``tp_image_size``), the prior's
+    fingerprint (the prior built once on the CPU, its random weights seeded by the Task-Prior seed) and
+    ``prior_features``: a :class:`Once` that runs the prior's forward on the images when a task_prior part first
+    runs — the cache keys need no forward, so a report built from the cache (``stage=page``) computes nothing."""
     from ..backbones.spec import build_backbone
     from ..features import FeatureExtractor
 
@@ -289,10 +303,14 @@ def task_prior_prepare(cfg: Any, device: Any, given: Tensor | None, extractor: A
         images = digits_images(cfg.tp_images, cfg.tp_image_size)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(cfg.task_prior.seed)
-        prior = build_backbone(cfg.task_prior.prior_backbone).eval().to(device)
-    prior_fp = backbone_fingerprint(prior)
-    features = FeatureExtractor(prior.embed, device=device, **dict(extractor or {}))(images).float().cpu()
-    return {"images": images, "images_fp": tensor_fingerprint(images), "prior_features": features, "prior": prior_fp}
+        prior = build_backbone(cfg.task_prior.prior_backbone).eval()
+
+    def features() -> Tensor:
+        net = prior.to(device)
+        return FeatureExtractor(net.embed, device=device, **dict(extractor or {}))(images).float().cpu()
+
+    return {"images": images, "images_fp": tensor_fingerprint(images), "prior_features": Once(features),
+            "prior": backbone_fingerprint(prior)}  # fmt: skip
 
 
 def task_prior_run(bb: Any, ctx: PartContext) -> dict[str, Any]:
@@ -301,7 +319,7 @@ def task_prior_run(bb: Any, ctx: PartContext) -> dict[str, Any]:
     from ..task_prior import compare_features
 
     z = FeatureExtractor(bb.embed, device=ctx.device, **ctx.extractor)(ctx.data["images"]).float().cpu()
-    (row,) = compare_features({ctx.label: z}, ctx.data["prior_features"], ctx.options)
+    (row,) = compare_features({ctx.label: z}, ctx.data["prior_features"](), ctx.options)
     return {k: v for k, v in row.items() if k != "backbone"}
 
 

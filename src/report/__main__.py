@@ -149,19 +149,23 @@ def check_learnable_labels(name: str, train_y: Any, test_y: Any, max_items: int 
 
 
 def run(cfg: DictConfig) -> str:
-    """The audit of a composed report.yaml; returns the Markdown report. Settings, backbones and the output directory
-    are checked before any work."""
+    """The audit of a composed report.yaml; returns the Markdown report (``stage=compute``: the line saying what was
+    computed and the page's command). Settings, backbones and the output directory are checked before any work.
+    ``stage`` / ``shard``: :mod:`src.report.jobs` (one job per backbone, the page from the cache)."""
     from ..backbones.spec import backbone_labels, backbone_list
     from ..features import extractor_options
+    from ..utils.console import task_overrides
     from ..utils.run_dir import OUTPUT_DIR_FIX, check_writable_dir
     from .audit import run_audit
     from .cache import ResultCache
+    from .jobs import MissingEntries, check_stage, compute_command, computed_message, job_device, shard_indices
     from .render import write_audit
 
     config = audit_config(cfg)
+    stage = check_stage(cfg.get("stage", "all"), cfg.get("shard"), cfg.cache_dir)
     extractor = extractor_options(OmegaConf.to_container(cfg.extractor, resolve=True))  # every backbone forward
     backbones = backbone_list(OmegaConf.to_container(cfg.backbones, resolve=True) if cfg.backbones else None)
-    backbone_labels(backbones)
+    only = shard_indices(cfg.get("shard"), backbone_labels(backbones))  # None: every backbone
     out = check_writable_dir(cfg.paths.output_dir, OUTPUT_DIR_FIX)
     ResultCache(cfg.cache_dir).check(config.parts)  # before the downstream sets are loaded
     keep_freed_memory()
@@ -173,8 +177,19 @@ def run(cfg: DictConfig) -> str:
         sets = downstream_sets(
             OmegaConf.to_container(down.sets), int(down.image_size), int(cfg.seed), paths, down.get("max_items")
         )
-    results = run_audit(backbones, config, downstream=sets, cache_dir=cfg.cache_dir, device=cfg.device,
-                        progress=bool(cfg.progress), extractor=extractor)  # fmt: skip
+    try:
+        with job_device(str(cfg.device), only) as device:  # a shard on a machine of several GPUs: one of its own
+            results = run_audit(backbones, config, downstream=sets, cache_dir=cfg.cache_dir, device=device,
+                                progress=bool(cfg.progress), extractor=extractor, only=only,
+                                compute=stage != "page")  # fmt: skip
+    except MissingEntries as err:
+        fix = f"compute them with: {compute_command(err.indices, task_overrides())} — then run this command again"
+        raise MissingEntries(err.missing, err.cache_dir, fix) from None
+    if stage == "compute":
+        done = computed_message(results.labels, results.cache_hits, results.cache_misses,
+                                time.perf_counter() - t0, cfg.cache_dir, task_overrides())  # fmt: skip
+        log.info("%s", done)
+        return done
     md = write_audit(results, out, *agreement_options(cfg))["md"].read_text()
     log.info(
         "Backbone audit (%.0f s; cache: %d reused, %d computed):\n%s\nwritten to %s (open report.html)",

@@ -240,6 +240,8 @@ def run_audit(
     device: Any = "cpu",
     progress: bool | Callable[[str], None] = False,
     extractor: Mapping[str, Any] | None = None,
+    only: Sequence[int] | None = None,
+    compute: bool = True,
 ) -> AuditResults:
     """Run every part of ``config`` on every backbone (cached parts are read back).
 
@@ -250,9 +252,15 @@ def run_audit(
     those two methods. ``extractor``: FeatureExtractor options of every backbone forward
     (:func:`src.features.extractor_options`; None = its defaults); options other than the defaults enter every part's
     cache key.
+
+    ``only``: the indices of ``backbones`` to run (a job's ``shard``, :mod:`src.report.jobs`; labels stay those of the
+    whole list); None = all. ``compute=False``: read every entry from the cache and run nothing (no part, no backbone
+    forward: each backbone is built on the CPU for its weights' fingerprint only); if any is missing,
+    :class:`~src.report.jobs.MissingEntries` names each (backbone, part) once all are looked up.
     """
     from ..features import extractor_options
     from ..utils.progress import progress_sink
+    from .jobs import MissingEntries
 
     cfg = config or AuditConfig()
     forward = extractor_options(extractor)  # {} for the defaults: the cache keys of a default run are unchanged
@@ -263,11 +271,18 @@ def run_audit(
     given = {"divergence_radius": dr_images, "task_prior": tp_images, **dict(inputs or {})}
     cache = ResultCache(cache_dir)
     cache.check(parts)  # a cache_dir (or a part folder in it) that is a regular file: refused before any work
+    if not compute and cache_dir is None:
+        raise ValueError("compute=False reads every result from the cache, but cache_dir is None")
+    picked = list(range(len(specs))) if only is None else list(only)
+    if not picked or any(isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < len(specs) for i in picked):
+        raise ValueError(f"only={only!r}: indices into the {len(specs)} backbones expected")
+    if compute:
+        cache.remove_stale_temps(parts)  # what writers killed mid-write left (an hour old: no live write)
     if DOWNSTREAM in parts and downstream is None:
         downstream = {"digits": default_digits()}
     if DOWNSTREAM in parts and not downstream:
         raise ValueError("downstream needs at least one labelled set, e.g. {'digits': ((x, y), (x, y))}")
-    check_buildable(specs)  # missing weights fail before any part runs
+    check_buildable([specs[i] for i in picked])  # missing weights fail before any part runs
 
     jobs: list[tuple[str, Callable[[Backbone, str], dict[str, Any]], dict[str, Any]]] = []
 
@@ -301,12 +316,14 @@ def run_audit(
     values: dict[str, dict[str, Any]] = {}
     seconds: dict[str, dict[str, float]] = {}
     cached: dict[str, dict[str, bool]] = {}
-    total, done = len(labels) * len(jobs), 0
+    missing: list[tuple[int, str, str]] = []
+    total, done = len(picked) * len(jobs), 0
     t_all = time.perf_counter()
-    for label, spec in zip(labels, specs):
+    for index in picked:
+        label, spec = labels[index], specs[index]
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(cfg.task_prior.seed)  # random-weight backbones: the same weights in every report
-            bb = build_backbone(spec).eval().to(device)
+            bb = build_backbone(spec).eval().to(device if compute else "cpu")
         fp = backbone_fingerprint(bb)
         values[label], seconds[label], cached[label] = {}, {}, {}
         for part, fn, settings in jobs:
@@ -315,6 +332,9 @@ def run_audit(
             # one cache entry per (weights, part, settings), so a budget equal to the main n_train reuses the main run
             store = part.split("@")[0].split("#")[0]
             hit = cache.get(store, fp, settings, check=lambda entry, store=store: check_cached_entry(store, entry))
+            if hit is None and not compute:
+                missing.append((index, label, part))
+                continue
             if hit is None:
                 hit = {"value": fn(bb, label), "seconds": time.perf_counter() - t0}
                 cache.put(store, fp, settings, hit)
@@ -328,10 +348,11 @@ def run_audit(
                 state = "cached" if cached[label][part] else f"{seconds[label][part]:.1f} s"
                 say(f"[{done}/{total}] {label}: {part} ({state}; {time.perf_counter() - t_all:.0f} s so far)")
         del bb
-    controls = [lab for lab, s in zip(labels, specs) if isinstance(s, Mapping) and s.get("pretrained") is False]
-    return AuditResults(
-        cfg, labels, values, seconds, cached, list(downstream or {}), cache.hits, cache.misses, controls
-    )
+    if missing:
+        raise MissingEntries(missing, cache_dir)
+    ran = [labels[i] for i in picked]
+    controls = [labels[i] for i in picked if isinstance(specs[i], Mapping) and specs[i].get("pretrained") is False]
+    return AuditResults(cfg, ran, values, seconds, cached, list(downstream or {}), cache.hits, cache.misses, controls)
 
 
 def default_digits(image_size: int = 64, seed: int = 0) -> tuple[tuple[Tensor, Tensor], tuple[Tensor, Tensor]]:

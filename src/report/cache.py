@@ -4,7 +4,10 @@ entry even under the same name), the part of the report and its settings (a sha2
 the code version that computes it (:data:`CACHE_VERSION`, raised whenever a part's numbers would change).
 
 Adding a backbone to a report runs only that backbone; a killed report resumes with the parts already written. Each
-entry is one JSON file written atomically (a full disk or a kill leaves the entry absent, never truncated). An entry
+entry is one JSON file written atomically (a full disk or a kill leaves the entry absent, never truncated; several
+processes writing one entry at once leave one of their complete files: the report's jobs, src/report/jobs.py). A
+kill in the middle of a write leaves a ``.<entry>.<pid>.<random>.tmp`` file, never read as an entry and removed by
+:meth:`ResultCache.remove_stale_temps` (every computing run) once it is an hour old. An entry
 that does not parse, whose key differs, whose value fails the caller's ``check`` (a hand-edited ``"value": 5``) or
 whose path is not a regular file (a folder) is treated as absent and recomputed, with a warning naming the file; a
 path that is not a regular file is not written either. A ``cache_dir`` that is a regular file, or a part folder in it
@@ -19,7 +22,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from ..utils.atomic_write import atomic_write_bytes
+from ..utils.atomic_write import atomic_write_bytes, remove_stale_temps
 from ..utils.report_writer import json_safe
 
 __all__ = ["CACHE_VERSION", "CACHE_DIR_FIX", "ResultCache", "settings_hash"]
@@ -57,6 +60,13 @@ class ResultCache:
                     f"cache_dir={self.root}: {what} ({folder}) is a regular file, not a folder, so no result could "
                     f"be cached; nothing was computed. Fix: move {folder} away, or {CACHE_DIR_FIX}"
                 )
+
+    def remove_stale_temps(self, parts: Iterable[str], older_than_s: float = 3600.0) -> list[Path]:
+        """Remove the temporary files a writer killed mid-write left in the folders of ``parts`` (older than
+        ``older_than_s``: a younger one may be another job's write in progress); returns them."""
+        if self.root is None:
+            return []
+        return [p for part in parts for p in remove_stale_temps(self.root / part, older_than_s)]
 
     def _path(self, part: str, weights: str, settings: Mapping[str, Any]) -> Path:
         assert self.root is not None

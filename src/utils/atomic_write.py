@@ -3,18 +3,24 @@ writer and by :class:`~src.utils.checkpoint_io.AtomicCheckpointIO`).
 
 The bytes go to ``.<name>.<pid>.<random>.tmp`` **in the target's own directory**, are flushed and fsynced, then
 ``os.replace``-d onto the target (atomic on POSIX and Windows within one file system). On any error the temporary
-file is removed and the previous file under that name is untouched.
+file is removed and the previous file under that name is untouched. A process killed mid-write (SIGKILL, a lost node)
+runs no clean-up and leaves its temporary file: never read under the target's name, and removed by
+:func:`remove_stale_temps` once it is old.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import secrets
+import time
 from pathlib import Path
 
-__all__ = ["atomic_write_bytes", "is_local"]
+__all__ = ["atomic_write_bytes", "is_local", "remove_stale_temps"]
 
 _TMP_SUFFIX = ".tmp"
+#: the temporary file of :func:`atomic_write_bytes`: ``.<name>.<pid>.<8 hex digits>.tmp``
+_TMP_NAME = re.compile(r"^\..+\.\d+\.[0-9a-f]{8}" + re.escape(_TMP_SUFFIX) + "$")
 
 
 def is_local(path: str | os.PathLike) -> bool:
@@ -47,3 +53,22 @@ def atomic_write_bytes(data: bytes, path: str | os.PathLike) -> None:
             os.close(fd)
     except OSError:
         pass
+
+
+def remove_stale_temps(folder: str | os.PathLike, older_than_s: float = 3600.0) -> list[Path]:
+    """Remove from ``folder`` (not below it) the temporary files of :func:`atomic_write_bytes` older than
+    ``older_than_s`` seconds: those a killed writer left behind (a live write takes far less; a younger one may be
+    another process's write in progress, so it stays). Returns the removed paths; a missing folder removes nothing."""
+    root = Path(folder)
+    if not root.is_dir():
+        return []
+    cutoff = time.time() - older_than_s
+    removed = []
+    for path in root.iterdir():
+        try:
+            if _TMP_NAME.match(path.name) and path.is_file() and path.stat().st_mtime < cutoff:
+                path.unlink()
+                removed.append(path)
+        except FileNotFoundError:  # another process removed it first
+            continue
+    return removed

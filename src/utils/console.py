@@ -16,7 +16,7 @@ import contextlib
 import logging
 import os
 import warnings
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -57,23 +57,42 @@ class _DropAdvertisements(logging.Filter):
         return not message.lstrip().startswith(ADVERTISEMENT_PREFIXES)
 
 
-@contextlib.contextmanager
-def quiet_cli() -> Iterator[None]:
-    """Inside: :data:`HARMLESS_WARNINGS` ignored and Lightning's advertisements dropped; on exit everything is as
-    before (``warnings.catch_warnings`` restores the filters; the log filter is removed). Usable as a decorator
-    (``@quiet_cli()``). Every other warning, and every other Lightning message, still shows."""
-    drop = _DropAdvertisements()
-    loggers = [logging.getLogger(name) for name in _LIGHTNING_LOGGERS]
-    with warnings.catch_warnings():
+class _QuietCli(contextlib.ContextDecorator):
+    """:func:`quiet_cli`'s context manager. A class, not a ``@contextmanager`` generator: a CLI's ``main`` decorated
+    with it is pickled by the process launchers (``hydra/launcher=joblib``, ``submitit_slurm``: cloudpickle, by value
+    for a ``python -m`` module's ``main``), and a generator cannot be pickled. State lives only while inside (a stack,
+    so a nested use restores its own)."""
+
+    def __init__(self) -> None:
+        self._inside: list[tuple[Any, logging.Filter, list[logging.Logger]]] = []
+
+    def __enter__(self) -> None:
+        drop = _DropAdvertisements()
+        loggers = [logging.getLogger(name) for name in _LIGHTNING_LOGGERS]
+        caught = warnings.catch_warnings()
+        caught.__enter__()
         for message, category in HARMLESS_WARNINGS:
             warnings.filterwarnings("ignore", message=message, category=category)
         for lg in loggers:
             lg.addFilter(drop)
-        try:
-            yield
-        finally:
-            for lg in loggers:
-                lg.removeFilter(drop)
+        self._inside.append((caught, drop, loggers))
+
+    def __exit__(self, *exc: Any) -> None:
+        caught, drop, loggers = self._inside.pop()
+        for lg in loggers:
+            lg.removeFilter(drop)
+        caught.__exit__(*exc)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"_inside": []}  # what a launcher pickles is the decorator, never a call in progress
+
+
+def quiet_cli() -> _QuietCli:
+    """Inside: :data:`HARMLESS_WARNINGS` ignored and Lightning's advertisements dropped; on exit everything is as
+    before (``warnings.catch_warnings`` restores the filters; the log filter is removed). Usable as a decorator
+    (``@quiet_cli()``; picklable, so a decorated ``main`` runs under Hydra's process launchers). Every other warning,
+    and every other Lightning message, still shows."""
+    return _QuietCli()
 
 
 def ignore_worker_advice(datamodule: Any) -> bool:
