@@ -138,6 +138,13 @@ CASES = [
         wiring=dict(_BACKBONE),
     ),
     Case(
+        "src.models:DepthProbe",
+        "model/depth_probe.yaml",
+        "model",
+        ["experiment=depth_synthetic"],
+        wiring={**_BACKBONE, "image_size": "the data's image size (${data.image_size})"},
+    ),
+    Case(
         "src.models:TaskPriorProbe",
         "model/task_prior_probe.yaml",
         "model",

@@ -1,6 +1,7 @@
 """torchmetrics shells over the functional cores."""
 
 from .baselines import AlphaReQ, LogME, RankMe
+from .depth import DepthRMSE
 from .divergence_radius import CosineRobustness, DivergenceRadius
 from .synbench_score import SynBenchScore
 from .task_prior import TaskAccuracies, TaskPriorMoments
@@ -8,6 +9,7 @@ from .task_prior import TaskAccuracies, TaskPriorMoments
 __all__ = [
     "AlphaReQ",
     "CosineRobustness",
+    "DepthRMSE",
     "DivergenceRadius",
     "LogME",
     "RankMe",
