@@ -289,7 +289,8 @@ class Once:
 
 
 def task_prior_prepare(cfg: Any, device: Any, given: Tensor | None, extractor: Any = None) -> dict[str, Any]:
-    """The study's images (``given``, else the first ``tp_images`` digits at ``tp_image_size``), the prior's
+    """The study's images (``given``; else ``tp_images`` images of ``tp_data``'s train split drawn by the Task-Prior
+    seed, or without ``tp_data`` the first ``tp_images`` digits; at ``tp_image_size``), the prior's
     fingerprint (the prior built once on the CPU, its random weights seeded by the Task-Prior seed) and
     ``prior_features``: a :class:`Once` that runs the prior's forward on the images when a task_prior part first
     runs — the cache keys need no forward, so a report built from the cache (``stage=page``) computes nothing."""
@@ -297,6 +298,11 @@ def task_prior_prepare(cfg: Any, device: Any, given: Tensor | None, extractor: A
     from ..features import FeatureExtractor
 
     images = given
+    if images is None and cfg.tp_data is not None:  # python -m src.report reads them first (with its paths)
+        from ..utils.data_tensors import data_images
+
+        images = data_images(cfg.tp_data, cfg.tp_images, image_size=cfg.tp_image_size, seed=cfg.task_prior.seed,
+                             key="tp_data", count_key="tp_images")  # fmt: skip
     if images is None:
         from ..task_prior.report import digits_images
 

@@ -81,6 +81,7 @@ def audit_config(cfg: DictConfig) -> Any:
         task_prior=with_run_seed(_given(plain["task_prior"]), cfg),
         tp_images=plain["tp_images"],
         tp_image_size=plain["tp_image_size"],
+        tp_data=plain.get("tp_data"),
         downstream={k: down[k] for k in ("epsilons", "steps", "norm", "C")},
         budgets=tuple(plain["budgets"] or ()),
         seeds=tuple(plain["seeds"] or ()),
@@ -171,6 +172,13 @@ def run(cfg: DictConfig) -> str:
     keep_freed_memory()
     t0 = time.perf_counter()
     down = cfg.downstream
+    tp_images = None
+    if "task_prior" in config.parts and config.tp_data is not None:  # read first: a missing folder stops the run now
+        from ..utils.data_tensors import data_images
+
+        tp_images = data_images(config.tp_data, config.tp_images, image_size=config.tp_image_size,
+                                seed=config.task_prior.seed, paths=OmegaConf.to_container(cfg.paths, resolve=True),
+                                key="tp_data", count_key="tp_images")  # fmt: skip
     sets = None
     if "downstream" in config.parts:
         paths = OmegaConf.to_container(cfg.paths, resolve=True)
@@ -179,8 +187,8 @@ def run(cfg: DictConfig) -> str:
         )
     try:
         with job_device(str(cfg.device), only) as device:  # a shard on a machine of several GPUs: one of its own
-            results = run_audit(backbones, config, downstream=sets, cache_dir=cfg.cache_dir, device=device,
-                                progress=bool(cfg.progress), extractor=extractor, only=only,
+            results = run_audit(backbones, config, downstream=sets, tp_images=tp_images, cache_dir=cfg.cache_dir,
+                                device=device, progress=bool(cfg.progress), extractor=extractor, only=only,
                                 compute=stage != "page")  # fmt: skip
     except MissingEntries as err:
         fix = f"compute them with: {compute_command(err.indices, task_overrides())} — then run this command again"

@@ -80,7 +80,9 @@ class AuditConfig:
     native size). synbench: the SynBench protocol. baseline_s: the separation s of the baselines' proxy task;
     baselines: which baselines (rows of :data:`src.baselines.BASELINES`; None = all); baseline_eps: ε of SDL / ε-SC (the paper: 1).
     divergence_radius: the sweep; dr_images / dr_image_size: bundled photos swept. task_prior: the probe study;
-    tp_images / tp_image_size: the digits it runs on. downstream: probe options (epsilons, steps, norm, C).
+    tp_images / tp_image_size: the digits it runs on; tp_data: None, or a configs/data option (a name or
+    ``{option: ..., **overrides}``, :func:`src.utils.data_tensors.data_images`) whose train split the tp_images images
+    are drawn from (by the Task-Prior seed, at tp_image_size). downstream: probe options (epsilons, steps, norm, C).
     methods: {name: options} of methods registered in :data:`~src.methods.METHODS` beyond the three with a field
     here (an options object, a mapping of its fields, or None = its defaults).
     budgets: numbers of synthetic training samples for the consistency check (empty = none).
@@ -101,6 +103,7 @@ class AuditConfig:
     task_prior: TaskPriorConfig = field(default_factory=TaskPriorConfig)
     tp_images: int = 600
     tp_image_size: int = 32
+    tp_data: Any = None
     downstream: Mapping[str, Any] = field(default_factory=lambda: dict(DOWNSTREAM_DEFAULTS))
     budgets: tuple[int, ...] = ()
     seeds: tuple[int, ...] = ()
@@ -139,7 +142,12 @@ class AuditConfig:
                                 ("tp_images", self.tp_images, 2), ("tp_image_size", self.tp_image_size, 8)):  # fmt: skip
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise ValueError(f"{key} must be an integer >= {low}, got {value!r}")
-        if self.tp_images > BUNDLED_DIGITS:
+        if not (self.tp_data is None or isinstance(self.tp_data, (str, Mapping))):
+            raise ValueError(
+                f"tp_data must be null or a configs/data option (a name, or {{option: imagefolder, root: ..., "
+                f"num_classes: ...}}), got {self.tp_data!r}"
+            )
+        if self.tp_data is None and self.tp_images > BUNDLED_DIGITS:
             raise ValueError(
                 f"tp_images must be an integer in [2, {BUNDLED_DIGITS}] (the Task-Prior part runs on the first "
                 f"tp_images of the {BUNDLED_DIGITS} bundled digits), got {self.tp_images}; set tp_images<={BUNDLED_DIGITS}"

@@ -96,7 +96,8 @@ def test_report_presets_compose_into_a_valid_audit(preset, tmp_path) -> None:
         assert "timm:vit_base_patch16_224.augreg_in21k_ft_in1k" in labels
     if preset == "task_priors_paper":
         assert config.task_prior.prior_backbone["name"] == PAPER_BACKBONES["timm_efficientnet_b5"]
-        assert config.task_prior.convention == "paper"
+        assert config.task_prior.convention == "paper" and len(labels) == 33  # the authors' 33 timm models
+        assert config.tp_data["option"] == "imagefolder" and config.tp_images == 8192  # mini-ImageNet layout
     overridden = compose_cfg("report.yaml", [f"report_preset={preset}", "budgets.sizes=[64]"], tmp_path)
     assert list(overridden.budgets.sizes) == [64]  # the command line still wins over the preset
 
@@ -119,6 +120,14 @@ def test_report_presets_offline_fail_first_naming_the_missing_data(preset, tmp_p
     from src.report.__main__ import run
 
     cfg = compose_cfg("report.yaml", [f"report_preset={preset}"], tmp_path)
+    if preset == "task_priors_paper":  # its Task-Prior images (tp_data) are read first: the image folder is named
+        with pytest.raises(FileNotFoundError, match=r"tp_data \(train split\): imagefolder: folder "
+                           r".*data/mini-imagenet/train does not exist\. Fix: pass root="):  # fmt: skip
+            run(cfg)
+        (tmp_path / "data" / "mini-imagenet" / "train" / "n01532829").mkdir(parents=True)  # the folder, no images
+        with pytest.raises(FileNotFoundError, match=r"tp_data \(train split\): imagefolder: no usable images"):
+            run(cfg)
+        cfg = compose_cfg("report.yaml", [f"report_preset={preset}", "parts=[downstream]"], tmp_path)
     with pytest.raises(FileNotFoundError, match=r"downstream.sets 'cifar10': cifar10 \(train split\) not found in .*"
                        r"Fix: pass download=True where there is network, or place the files under"):  # fmt: skip
         run(cfg)

@@ -90,9 +90,11 @@ def test_the_table_driven_report_reproduces_the_report_before_the_table() -> Non
                 old[key] = cell
         old["flips"] = new["flips"] if any(v == "censored (> x)" for v in new.values()) else old["flips"]
     # and its new settings, at their defaults (the default report is unchanged by them): the baselines' convention
-    # and probe (issue 27 item 2) after baseline_eps, the compared pair after budgets
+    # and probe (issue 27 item 2) after baseline_eps, the compared pair after budgets; the Task-Prior images' data
+    # option (issue 28 item 3; None = the digits) after tp_image_size
     new = {
         "baseline_eps": {"baseline_convention": "repbench", "baseline_probe": None},
+        "tp_image_size": {"tp_data": None},
         "budgets": {"budget_pair": None},
     }
     golden["config"] = {k2: v2 for k, v in golden["config"].items() for k2, v2 in {k: v, **new.get(k, {})}.items()}
