@@ -28,6 +28,7 @@ from .spec import PartContext
 
 __all__ = [
     "check_baseline_eps",
+    "check_baseline_probe",
     "config_settings",
     "is_number",
     "need",
@@ -86,6 +87,35 @@ def check_baseline_eps(eps: Any) -> tuple[float, ...]:
             f"loss thresholds of SDL and eps-SC), got {list(values)}; e.g. baselines.eps=[1.0] (the paper's Table 7)"
         )
     return tuple(float(e) for e in values)
+
+
+def check_baseline_probe(convention: Any, probe: Any) -> Any:
+    """The :class:`~src.baselines.ReprieveProbe` of the ``paper`` convention from ``probe`` (a ReprieveProbe, or a
+    mapping of its fields; {} / None = reprieve's settings); None for ``repbench``, where a non-empty ``probe`` is
+    refused (it would change nothing). Errors name the settings (``baselines.convention``, ``baselines.probe``)."""
+    import dataclasses as dc
+
+    from ..baselines import ReprieveProbe
+    from ..baselines.conventions import check_convention
+
+    conv = check_convention(convention, "baseline_convention (python -m src.report: baselines.convention)")
+    if conv.curve != "reprieve":
+        if probe:
+            raise ValueError(
+                f"baselines.probe={probe!r} sets reprieve's MLP probe, which only the paper convention trains; "
+                "set baselines.convention=paper, or baselines.probe={}"
+            )
+        return None
+    if isinstance(probe, ReprieveProbe):
+        return probe
+    fields = {f.name for f in dc.fields(ReprieveProbe)}
+    unknown = sorted(set(probe or {}) - fields)
+    if unknown:
+        raise ValueError(f"baselines.probe: unknown fields {unknown}; the fields are {sorted(fields)} (ReprieveProbe)")
+    try:
+        return ReprieveProbe(**dict(probe or {}))
+    except (TypeError, ValueError) as err:
+        raise type(err)(f"baselines.probe: {err}") from err
 
 
 # ----------------------------------------------------------------------------------------------- synbench
@@ -163,7 +193,8 @@ def baselines_run(bb: Any, ctx: PartContext) -> dict[str, Any]:
     errors: dict[str, str] = {}
     for group in groups:  # one score that is undefined here (e.g. too few dimensions) leaves the others standing
         try:
-            scores = baseline_scores(*task, which=group, eps=tuple(eps), seed=ctx.options.seed)
+            scores = baseline_scores(*task, which=group, eps=tuple(eps), seed=ctx.options.seed,
+                                     convention=cfg.baseline_convention, probe=cfg.baseline_probe, device=ctx.device)  # fmt: skip
         except ValueError as err:
             for name in group:
                 errors[name] = str(err)
@@ -177,6 +208,8 @@ def baselines_run(bb: Any, ctx: PartContext) -> dict[str, Any]:
 def baselines_settings(ctx: PartContext) -> dict[str, Any]:
     cfg = ctx.audit
     extra = {"s": cfg.baseline_s, "which": list(cfg.baselines), "eps": list(cfg.baseline_eps)}
+    if cfg.baseline_probe is not None:  # the paper convention (the default's cache keys are unchanged)
+        extra.update(convention=cfg.baseline_convention, probe=config_settings(cfg.baseline_probe))
     return {**sampling_settings(ctx), **extra}
 
 

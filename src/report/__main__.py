@@ -75,6 +75,8 @@ def audit_config(cfg: DictConfig) -> Any:
         baseline_s=plain["baselines"]["s"],
         baselines=plain["baselines"]["which"],
         baseline_eps=tuple(plain["baselines"]["eps"]),
+        baseline_convention=plain["baselines"]["convention"],
+        baseline_probe=_given(plain["baselines"]["probe"]),
         divergence_radius=with_run_seed(_given(plain["divergence_radius"]), cfg),
         dr_images=plain["dr_images"],
         dr_image_size=plain["dr_image_size"],
@@ -83,7 +85,8 @@ def audit_config(cfg: DictConfig) -> Any:
         tp_image_size=plain["tp_image_size"],
         tp_data=plain.get("tp_data"),
         downstream={k: down[k] for k in ("epsilons", "steps", "norm", "C")},
-        budgets=tuple(plain["budgets"] or ()),
+        budgets=tuple(plain["budgets"]["sizes"] or ()),
+        budget_pair=plain["budgets"]["pair"],
         seeds=tuple(plain["seeds"] or ()),
         methods=methods,
     )
@@ -167,6 +170,11 @@ def run(cfg: DictConfig) -> str:
     extractor = extractor_options(OmegaConf.to_container(cfg.extractor, resolve=True))  # every backbone forward
     backbones = backbone_list(OmegaConf.to_container(cfg.backbones, resolve=True) if cfg.backbones else None)
     only = shard_indices(cfg.get("shard"), backbone_labels(backbones))  # None: every backbone
+    external = None
+    if cfg.downstream.get("external"):  # ground truth measured elsewhere: read and matched before any work
+        from .external import load_external
+
+        external = load_external(cfg.downstream.external, backbone_labels(backbones))
     out = check_writable_dir(cfg.paths.output_dir, OUTPUT_DIR_FIX)
     ResultCache(cfg.cache_dir).check(config.parts)  # before the downstream sets are loaded
     keep_freed_memory()
@@ -198,6 +206,7 @@ def run(cfg: DictConfig) -> str:
                                 time.perf_counter() - t0, cfg.cache_dir, task_overrides())  # fmt: skip
         log.info("%s", done)
         return done
+    results.external = external
     md = write_audit(results, out, *agreement_options(cfg))["md"].read_text()
     log.info(
         "Backbone audit (%.0f s; cache: %d reused, %d computed):\n%s\nwritten to %s (open report.html)",

@@ -32,6 +32,7 @@ from ..methods import METHODS, AuditPart, MethodSpec, PartContext, resolve
 from ..methods.audit_parts import (
     backbone_fingerprint,
     check_baseline_eps,
+    check_baseline_probe,
     config_settings,
     is_number,
     need,
@@ -79,13 +80,17 @@ class AuditConfig:
     parts: which of :data:`PARTS` to run. input_size: side of SynBench's synthetic images (None = each backbone's
     native size). synbench: the SynBench protocol. baseline_s: the separation s of the baselines' proxy task;
     baselines: which baselines (rows of :data:`src.baselines.BASELINES`; None = all); baseline_eps: ε of SDL / ε-SC (the paper: 1).
+    baseline_convention: ``repbench`` or ``paper`` (:data:`src.baselines.CONVENTIONS`: the SynBench paper's code —
+    reprieve's MLP curve, the authors' LogME and SFDA); baseline_probe: :class:`~src.baselines.ReprieveProbe` fields
+    of the paper convention's curve other than reprieve's (a mapping or a ReprieveProbe; {} = reprieve's).
     divergence_radius: the sweep; dr_images / dr_image_size: bundled photos swept. task_prior: the probe study;
     tp_images / tp_image_size: the digits it runs on; tp_data: None, or a configs/data option (a name or
     ``{option: ..., **overrides}``, :func:`src.utils.data_tensors.data_images`) whose train split the tp_images images
     are drawn from (by the Task-Prior seed, at tp_image_size). downstream: probe options (epsilons, steps, norm, C).
     methods: {name: options} of methods registered in :data:`~src.methods.METHODS` beyond the three with a field
     here (an options object, a mapping of its fields, or None = its defaults).
-    budgets: numbers of synthetic training samples for the consistency check (empty = none).
+    budgets: numbers of synthetic training samples for the consistency check (empty = none); budget_pair: the two
+    backbone labels it compares (None = the two best by the first ground-truth column).
     seeds: extra seeds of the synthetic parts (SynBench and the baselines are Monte Carlo estimates): each repeats
     them with ``synbench.seed`` replaced; the table shows the mean over all seeds and the rank agreement resamples
     seeds within each backbone (empty = the one seed of ``synbench``).
@@ -97,6 +102,8 @@ class AuditConfig:
     baseline_s: float = 1.0
     baselines: tuple[str, ...] | None = None
     baseline_eps: tuple[float, ...] = (1.0,)
+    baseline_convention: str = "repbench"
+    baseline_probe: Any = field(default_factory=dict)
     divergence_radius: DivergenceRadiusConfig = field(default_factory=DivergenceRadiusConfig)
     dr_images: int = 32
     dr_image_size: int = 64
@@ -106,6 +113,7 @@ class AuditConfig:
     tp_data: Any = None
     downstream: Mapping[str, Any] = field(default_factory=lambda: dict(DOWNSTREAM_DEFAULTS))
     budgets: tuple[int, ...] = ()
+    budget_pair: tuple[str, str] | None = None
     seeds: tuple[int, ...] = ()
     methods: Mapping[str, Any] = field(default_factory=dict)
 
@@ -138,6 +146,7 @@ class AuditConfig:
         if not (isinstance(self.baseline_s, (int, float)) and math.isfinite(self.baseline_s) and self.baseline_s >= 0):
             raise ValueError(f"baseline_s must be a finite number >= 0, got {self.baseline_s!r}")
         object.__setattr__(self, "baseline_eps", check_baseline_eps(self.baseline_eps))
+        object.__setattr__(self, "baseline_probe", check_baseline_probe(self.baseline_convention, self.baseline_probe))
         for key, value, low in (("dr_images", self.dr_images, 2), ("dr_image_size", self.dr_image_size, 16),
                                 ("tp_images", self.tp_images, 2), ("tp_image_size", self.tp_image_size, 8)):  # fmt: skip
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
@@ -162,6 +171,19 @@ class AuditConfig:
         if any(isinstance(b, bool) or not isinstance(b, int) or b < 2 for b in budgets):
             raise ValueError(f"budgets must be integers >= 2 (synthetic training samples), got {list(budgets)}")
         object.__setattr__(self, "budgets", budgets)
+        if self.budget_pair is not None:
+            pair = tuple(self.budget_pair) if isinstance(self.budget_pair, (list, tuple)) else (self.budget_pair,)
+            if len(pair) != 2 or not all(isinstance(p, str) and p for p in pair) or pair[0] == pair[1]:
+                raise ValueError(
+                    f"budgets.pair must be two different backbone labels [a, b], got {self.budget_pair!r}; "
+                    "e.g. budgets.pair=[embedded:efficientnet_lite0,embedded:efficientnet_lite2]"
+                )
+            if not budgets:
+                raise ValueError(
+                    f"budgets.pair={list(pair)} compares two backbones across synthetic budgets, but budgets.sizes is "
+                    "empty; set budgets.sizes=[2048,8192] (for example), or budgets.pair=null"
+                )
+            object.__setattr__(self, "budget_pair", pair)
         seeds = tuple(self.seeds or ())
         if any(isinstance(v, bool) or not isinstance(v, int) or v < 0 for v in seeds) or self.synbench.seed in seeds:
             raise ValueError(
@@ -234,6 +256,8 @@ class AuditResults:
     cache_misses: int = 0
     #: labels of the negative controls: backbones listed with ``pretrained: false`` (random weights)
     controls: list[str] = field(default_factory=list)
+    #: ground truth measured elsewhere (``downstream.external``: :func:`src.report.external.load_external`)
+    external: Any = None
 
 
 def run_audit(
@@ -290,6 +314,7 @@ def run_audit(
         downstream = {"digits": default_digits()}
     if DOWNSTREAM in parts and not downstream:
         raise ValueError("downstream needs at least one labelled set, e.g. {'digits': ((x, y), (x, y))}")
+    check_pair(cfg.budget_pair, labels)
     check_buildable([specs[i] for i in picked])  # missing weights fail before any part runs
 
     jobs: list[tuple[str, Callable[[Backbone, str], dict[str, Any]], dict[str, Any]]] = []
@@ -361,6 +386,13 @@ def run_audit(
     ran = [labels[i] for i in picked]
     controls = [labels[i] for i in picked if isinstance(specs[i], Mapping) and specs[i].get("pretrained") is False]
     return AuditResults(cfg, ran, values, seconds, cached, list(downstream or {}), cache.hits, cache.misses, controls)
+
+
+def check_pair(pair: Sequence[str] | None, labels: Sequence[str]) -> None:
+    """Refuse a ``budgets.pair`` naming a backbone that is not in the report, listing the labels (before any work)."""
+    unknown = [p for p in pair or () if p not in labels]
+    if unknown:
+        raise ValueError(f"budgets.pair names {unknown}, not backbones of this report; its labels are {list(labels)}")
 
 
 def default_digits(image_size: int = 64, seed: int = 0) -> tuple[tuple[Tensor, Tensor], tuple[Tensor, Tensor]]:
