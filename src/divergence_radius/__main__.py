@@ -64,6 +64,7 @@ def comparison_arguments(cfg: DictConfig) -> dict[str, Any]:
         "probe_C": cfg.probe_C,
         "task": cfg.get("task", "classification"),
         "depth": depth,
+        "head_checkpoint": cfg.get("head_checkpoint"),
         "extractor": extractor_options(plain(cfg.get("extractor"))),
     }
 

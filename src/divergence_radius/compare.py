@@ -47,7 +47,7 @@ from ..perturbations.registry import check_perturbable_images
 from ..utils.progress import progress_sink
 from ..utils.report_writer import Report
 from .config import DivergenceRadiusConfig
-from .depth import DepthHeadConfig
+from .depth import DepthHeadConfig, load_depth_checkpoint
 from .downstream import DEFAULT_TEMPLATES
 from .report import (
     TASK_METRICS,
@@ -115,6 +115,7 @@ def check_comparison(
     n_train: int | None = None,
     n_test: int | None = None,
     task: str = "classification",
+    head_checkpoint: str | None = None,
 ) -> Plan:
     """Every check of :func:`compare_backbones` that needs no backbone (the CLI runs it before its output-folder
     check): the backbone list and labels, the config, the task, the classifier (zero-shot needs ``open_clip:``
@@ -128,9 +129,13 @@ def check_comparison(
             f"task must be 'classification' (§5: ACC_p of a classifier) or 'depth' (App. D-F: RMSE_p of a depth "
             f"head), got {task!r}"
         )
+    if head_checkpoint is not None and task != "depth":
+        raise ValueError("head_checkpoint= is a depth head (a DepthProbe checkpoint): it goes with task='depth'")
     if task == "depth":
+        if head_checkpoint is not None:
+            _check_head_checkpoint(head_checkpoint, specs)
         return _check_depth(specs, names, cfg, images, labels, train_images, train_labels, classifier,
-                            image_size, n_train, n_test)  # fmt: skip
+                            image_size, n_train, n_test, fit=head_checkpoint is None)  # fmt: skip
     if classifier not in CLASSIFIERS:
         raise ValueError(
             f"classifier must be 'linear' (a logistic-regression probe on clean features) or 'zero_shot' (CLIP "
@@ -209,10 +214,12 @@ def _check_depth(
     image_size: int | None,
     n_train: int | None,
     n_test: int | None,
+    *,
+    fit: bool = True,
 ) -> Plan:
     """The depth task's checks: backbones that expose a feature map (:data:`MAP_SOURCES`), no zero-shot classifier,
     and either the scenes split sizes or images with depth maps (``labels``: (N, 1, H, W), the images' size; the
-    training pair likewise, at least 2 images: BatchNorm)."""
+    training pair likewise, at least 2 images (BatchNorm) when a head is to be ``fit``)."""
     if classifier != "linear":
         raise ValueError(f"task='depth' fits a depth head; classifier={classifier!r} is a classification setting")
     no_map = [spec_name(s) for s in specs if not _has_map(s)]
@@ -228,7 +235,7 @@ def _check_depth(
                 "pass images= too, or none of them for the synthetic scenes"
             )
         scenes = _default_split(SCENES_SPLIT, image_size, n_train, n_test)
-        if scenes["n_train"] < 2:
+        if fit and scenes["n_train"] < 2:
             raise ValueError(f"task=depth fits a head on n_train scenes: n_train must be >= 2, got {scenes['n_train']}")
         return Plan(specs, names, cfg, scenes, "depth")
     given = {"image_size": image_size, "n_train": n_train, "n_test": n_test}
@@ -238,10 +245,25 @@ def _check_depth(
             "None (the images' own size and count are used)"
         )
     _check_depth_maps(images, labels, "images", "labels", at_least=2, why="the regression fits on one half")
-    if train_images is None or train_labels is None:
-        raise ValueError("task='depth' fits a head on clean training images: pass train_images= and train_labels=")
-    _check_depth_maps(train_images, train_labels, "train_images", "train_labels", at_least=2, why="BatchNorm")
+    if fit:
+        if train_images is None or train_labels is None:
+            raise ValueError("task='depth' fits a head on clean training images: pass train_images= and train_labels=")
+        _check_depth_maps(train_images, train_labels, "train_images", "train_labels", at_least=2, why="BatchNorm")
     return Plan(specs, names, cfg, None, "depth")
+
+
+def _check_head_checkpoint(path: str, specs: list[Any]) -> None:
+    """A trained head (``head_checkpoint``) is that of one backbone: exactly one backbone, the one the checkpoint
+    was trained on (its ``hyper_parameters.backbone``); the file is read (weights_only) here, before any build."""
+    from ..utils.checkpoint import read_checkpoint
+
+    spec = (read_checkpoint(path).get("hyper_parameters") or {}).get("backbone")
+    trained = spec_name(spec) if spec is not None else None
+    if len(specs) != 1 or trained is None or spec_name(specs[0]) != trained:
+        raise ValueError(
+            f"head_checkpoint={path} holds a depth head trained on {trained!r}; compare exactly that backbone: "
+            f"backbones=[{spec!r}] (got {[spec_name(s) for s in specs]})"
+        )
 
 
 def _has_map(spec: Any) -> bool:
@@ -313,6 +335,7 @@ def compare_backbones(
     probe_C: float = 1.0,
     task: str = "classification",
     depth: DepthHeadConfig | Mapping[str, Any] | None = None,
+    head_checkpoint: str | None = None,
     device: str | torch.device = "cpu",
     progress: bool | Callable[[str], None] = False,
     extractor: Mapping[str, Any] | None = None,
@@ -331,7 +354,10 @@ def compare_backbones(
     ``train_images`` / ``train_labels`` for the linear probe or the depth head. ``classifier``: "linear" (probe with
     L2 penalty ``probe_C``) or "zero_shot" (open_clip backbones; prompts ``templates`` with ``class_names``, default
     the digit names). ``depth``: the depth head and its fit (a :class:`~src.divergence_radius.depth.DepthHeadConfig`,
-    a mapping of its fields or None for its defaults; seeded by ``config.seed``). ``progress``: True logs a line per
+    a mapping of its fields or None for its defaults; seeded by ``config.seed``); ``head_checkpoint``: instead, the
+    trained head of a :class:`~src.models.DepthProbe` checkpoint (``python -m src.train experiment=depth_synthetic``)
+    of the one backbone compared (:func:`~src.divergence_radius.depth.load_depth_checkpoint`; the training images are
+    then unused). ``progress``: True logs a line per
     backbone, a callable receives those lines. ``extractor``: options of the backbones'
     :class:`~src.features.FeatureExtractor` (:func:`src.features.extractor_options`; None = its defaults). Every
     argument is checked before any backbone is built.
@@ -340,7 +366,7 @@ def compare_backbones(
     plan = check_comparison(
         backbones, config, images=images, labels=labels, train_images=train_images, train_labels=train_labels,
         classifier=classifier, class_names=class_names, image_size=image_size, n_train=n_train, n_test=n_test,
-        task=task,
+        task=task, head_checkpoint=head_checkpoint,
     )  # fmt: skip
     head_cfg = DepthHeadConfig.coerce(depth)
     cfg, say = plan.config, progress_sink(progress)
@@ -358,9 +384,10 @@ def compare_backbones(
             bb = build_backbone(spec).eval().to(device)
         head = None
         if plan.task == "depth":
+            trained = load_depth_checkpoint(head_checkpoint, bb).head if head_checkpoint is not None else None
             results[label] = depth_report(
-                bb, train_images, train_labels, images, labels, cfg, depth_head=head_cfg, backbone_name=label,
-                device=str(device), extractor=extractor,
+                bb, train_images, train_labels, images, labels, cfg, head=trained, depth_head=head_cfg,
+                backbone_name=label, device=str(device), extractor=extractor,
             )  # fmt: skip
         else:
             if classifier == "zero_shot":

@@ -26,6 +26,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -48,6 +49,7 @@ __all__ = [
     "fit_depth_head",
     "frozen_features",
     "image_rmse",
+    "load_depth_checkpoint",
     "silog_loss",
     "valid_depth",
 ]
@@ -317,3 +319,32 @@ def frozen_features(
     out = FeatureExtractor(_EmbeddingAndMap(backbone), device=device, **extractor)(images).cpu()
     d = out.shape[1] - c * h * w
     return out[:, :d], out[:, d:].reshape(-1, c, h, w)
+
+
+def load_depth_checkpoint(path: str | Path, backbone: nn.Module) -> DepthModel:
+    """g ∘ f of a :class:`~src.models.DepthProbe` checkpoint (``python -m src.train experiment=depth_synthetic``)
+    on ``backbone``, which must be built from the checkpoint's backbone spec (``hyper_parameters.backbone``): the
+    file is read with ``torch.load(weights_only=True)``; the head is rebuilt from its hyperparameters and weights; the
+    backbone's weights are checked against the sha256 the checkpoint recorded (when it left them out) or loaded from
+    it (a random-weight backbone, which the checkpoint stores). Returned in eval mode."""
+    from ..backbones.weights import check_state_dict_matches, restore_rebuilt_state
+    from ..utils.checkpoint import read_checkpoint
+
+    what = f"head_checkpoint={path}"
+    ckpt = read_checkpoint(path)
+    state = ckpt["state_dict"]
+    hp = ckpt.get("hyper_parameters") or {}
+    if "head.bn.weight" not in state or "head.conv.weight" not in state:
+        raise ValueError(
+            f"{what} holds no depth head (no head.bn / head.conv weights): pass a checkpoint of python -m src.train "
+            "experiment=depth_synthetic (a DepthProbe)"
+        )
+    options = DepthHeadConfig.coerce({k: hp[k] for k in DepthHeadConfig.field_names() if k in hp}).head_options()
+    channels = int(state["head.bn.weight"].shape[0]) - (int(backbone.embed_dim) if options["with_embedding"] else 0)
+    if channels < 1:
+        raise ValueError(f"{what}: its head reads {channels + int(backbone.embed_dim)} channels, fewer than this "
+                         f"backbone's embedding ({backbone.embed_dim}): it was trained on another backbone")  # fmt: skip
+    model = DepthModel(backbone, DepthHead(channels, int(backbone.embed_dim), **options))
+    check_state_dict_matches(dict(state), model, what)
+    model.load_state_dict(restore_rebuilt_state(state, model, what))
+    return model.eval()
