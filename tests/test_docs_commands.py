@@ -111,7 +111,7 @@ COMPOSED = {
     "python -m src.report report_preset=task_priors_paper": OFFICIAL,
     "python -m src.report report_preset=synbench_paper 'downstream.sets=[{option: cifar10, download: true}]'": OFFICIAL,
     "python -m src.report 'backbones=[{name:open_clip:ViT-B-16,pretrained:openai},{name:timm:vit_base_patch16_224}]' "
-    "full=true downstream.sets=[cifar10] downstream.image_size=224": OFFICIAL,
+    "full=true downstream.sets=[cifar10] downstream.image_size=224 dr_image_size=224 tp_image_size=224": OFFICIAL,
     "python -m src.train -m hparams_search=pretraining_lr": SWEEP,
     "python -m src.train -m hparams_search=robust_finetune_pareto": SWEEP,
     "python -m src.train -m hparams_search=robust_probe_optuna": SWEEP,

@@ -125,14 +125,19 @@ def backbone_labels(specs: list[BackboneLike]) -> list[str]:
     return labels
 
 
-def check_buildable(specs: Sequence[BackboneLike]) -> None:
+def check_buildable(specs: Sequence[BackboneLike]) -> list[tuple[int, int] | None]:
     """Build every backbone of a list once on the CPU and drop it, so that a missing weight file, an unknown name or
     a wrong option fails before a long comparison starts rather than after the first backbones have run (costs one
     construction per backbone: seconds, against minutes to hours of protocol). Runs under ``torch.random.fork_rng``:
-    random-weight backbones built afterwards get the same initial weights as without this check."""
+    random-weight backbones built afterwards get the same initial weights as without this check. Returns, per entry,
+    the native (H, W) of a backbone that accepts no other input size (``fixed_input_size``: a ViT's positional
+    embedding), else None — what a caller checks its image sizes against before any work."""
     import torch
 
+    fixed: list[tuple[int, int] | None] = []
     with torch.random.fork_rng(devices=[]):
         for spec in specs:
-            if not isinstance(spec, Backbone):
-                build_backbone(spec)
+            bb = spec if isinstance(spec, Backbone) else build_backbone(spec)
+            size = (int(bb.input_size[1]), int(bb.input_size[2]))
+            fixed.append(size if getattr(bb, "fixed_input_size", False) else None)
+    return fixed

@@ -315,7 +315,8 @@ def run_audit(
     if DOWNSTREAM in parts and not downstream:
         raise ValueError("downstream needs at least one labelled set, e.g. {'digits': ((x, y), (x, y))}")
     check_pair(cfg.budget_pair, labels)
-    check_buildable([specs[i] for i in picked])  # missing weights fail before any part runs
+    fixed = check_buildable([specs[i] for i in picked])  # missing weights fail before any part runs
+    check_fixed_sizes([labels[i] for i in picked], fixed, part_image_sizes(cfg, given, downstream))
 
     jobs: list[tuple[str, Callable[[Backbone, str], dict[str, Any]], dict[str, Any]]] = []
 
@@ -386,6 +387,49 @@ def run_audit(
     ran = [labels[i] for i in picked]
     controls = [labels[i] for i in picked if isinstance(specs[i], Mapping) and specs[i].get("pretrained") is False]
     return AuditResults(cfg, ran, values, seconds, cached, list(downstream or {}), cache.hits, cache.misses, controls)
+
+
+#: the report setting that sets each part's image size (the fix an error names)
+SIZE_SETTINGS = {"synbench": "input_size", "baselines": "input_size", "divergence_radius": "dr_image_size",
+                 "task_prior": "tp_image_size", DOWNSTREAM: "downstream.image_size"}  # fmt: skip
+
+
+def part_image_sizes(
+    cfg: AuditConfig, given: Mapping[str, Any], downstream: Mapping[str, Any] | None
+) -> dict[str, int]:
+    """{part: the side of the images it feeds every backbone} for the parts of ``cfg`` with a fixed size (SynBench
+    at ``input_size=None`` feeds each backbone its native size and is left out)."""
+    sizes: dict[str, int] = {}
+    for part in cfg.parts:
+        if part in ("synbench", "baselines") and cfg.input_size is not None:
+            sizes[part] = cfg.input_size
+        elif part in ("divergence_radius", "task_prior"):
+            images = given.get(part)
+            if isinstance(images, Tensor):
+                sizes[part] = int(images.shape[-1])
+            else:
+                sizes[part] = cfg.dr_image_size if part == "divergence_radius" else cfg.tp_image_size
+        elif part == DOWNSTREAM and downstream:
+            sizes[part] = int(next(iter(downstream.values()))[0][0].shape[-1])
+    return sizes
+
+
+def check_fixed_sizes(labels: Sequence[str], fixed: Sequence[tuple[int, int] | None], sizes: Mapping[str, int]) -> None:
+    """Refuse, before any work, a report that would feed a backbone with a fixed input size (a ViT's positional
+    embedding: :meth:`src.backbones.Backbone.check_size`) images of another size, naming each part, its setting and
+    the fix — rather than failing in the middle of the run, after the parts before it were computed."""
+    problems = []
+    for label, native in zip(labels, fixed):
+        if native is None:
+            continue
+        wrong = {p: s for p, s in sizes.items() if s != native[0]}
+        if wrong:
+            uses = ", ".join(f"{SIZE_SETTINGS[p]}={s} ({p})" for p, s in wrong.items())
+            fix = " ".join(sorted({f"{SIZE_SETTINGS[p]}={native[0]}" for p in wrong}))
+            problems.append(f"{label} accepts only {native[0]}x{native[1]} images but the report feeds it {uses}; "
+                            f"set {fix} (or leave it out)")  # fmt: skip
+    if problems:
+        raise ValueError("backbones with a fixed input size (positional embedding): " + "; ".join(problems))
 
 
 def check_pair(pair: Sequence[str] | None, labels: Sequence[str]) -> None:
