@@ -36,6 +36,10 @@ def test_synbench_api() -> None:
     ]
     assert list(inspect.signature(synbench_score).parameters)[:6] == ["a", "b", "a_ref", "b_ref", "a_T", "integral"]
     assert SynBenchConfig().eps_mode == "relative" and callable(reference_accuracy) and callable(expected_scaled_bound)
+    from src.synbench import ProxyAccuracy, RejectionResult, rejection_test  # issue 28 item 2: Table 1, App. A.19
+
+    assert SynBenchConfig(proxy=ProxyAccuracy()).proxy.eps == 0.2 and callable(RejectionResult.from_dict)
+    assert list(inspect.signature(rejection_test).parameters)[:2] == ["images", "config"]
 
 
 def test_training_and_callback_api() -> None:
