@@ -66,7 +66,8 @@ def audit_config(cfg: DictConfig) -> Any:
     # a registered method without a field of its own: its YAML block is its name (`+<name>={...}` on the command line)
     methods = {m: _given(plain.get(m)) for m in METHODS if m not in own}
     down = dict(plain["downstream"])
-    sb = with_run_seed({} if plain["full"] else plain["synbench"], cfg)  # full: the official protocol, the run's seed
+    # full: the official protocol (the proxy task's SA / RA as the block asks), the run's seed
+    sb = with_run_seed({"proxy": plain["synbench"].get("proxy")} if plain["full"] else plain["synbench"], cfg)
     synbench = SynBenchConfig(**sb) if plain["full"] else synbench_block(sb)
     return AuditConfig(
         parts=tuple(plain["parts"]),

@@ -219,3 +219,23 @@ def test_report_columns_directions_and_cache_keys() -> None:
         "synbench",
         "synbench_best_eps",
     }
+
+
+@pytest.mark.parametrize("full", [False, True])
+def test_the_report_and_synbench_clis_take_the_proxy_option(full: bool, tmp_path) -> None:
+    """configs/report.yaml and configs/synbench.yaml: synbench.proxy is null (off) by default; synbench.proxy={...}
+    turns it on, with full=true too (the official protocol plus the proxy task)."""
+    from src.report.__main__ import audit_config
+    from src.synbench.__main__ import protocol_fields
+    from tests.cli.conftest import compose_cfg
+
+    def composed(name: str, overrides: list[str]):
+        return compose_cfg(name, [f"full={str(full).lower()}", *overrides], tmp_path)
+
+    assert audit_config(composed("report.yaml", [])).synbench.proxy is None
+    on = audit_config(composed("report.yaml", ["synbench.proxy={s: 2.5, steps: 5}"])).synbench
+    assert on.proxy == ProxyAccuracy(s=2.5, steps=5)
+    assert (on.n_test == 2048) is full  # full=true: the official protocol's samples, with the proxy task on top
+    assert SynBenchConfig(**protocol_fields(composed("synbench.yaml", []))[0]).proxy is None
+    fields = protocol_fields(composed("synbench.yaml", ["synbench.proxy={}"]))[0]
+    assert SynBenchConfig(**fields).proxy == ProxyAccuracy()
