@@ -133,7 +133,16 @@ def zero_shot_head(spec: Any, class_names: Sequence[str], *, seed: int = 0) -> Z
 def zero_shot_class_names(explicit: Sequence[str] | None, datamodule: Any) -> list[str]:
     """The class names of the zero-shot prompts (label i = name i): ``explicit`` if given, else the data module's
     ``class_names`` (the digits' "0".."9" become "zero".."nine", words a text tower reads); a ValueError naming
-    the fix when there are none."""
+    the fix when there are none. ``explicit="imagenet"``: OpenAI's 1000 ImageNet class names as open_clip holds them
+    (``open_clip.zero_shot_metadata.IMAGENET_CLASSNAMES``, label i = the i-th WordNet-id folder in sorted order)."""
+    if isinstance(explicit, str):
+        if explicit != "imagenet":
+            raise ValueError(
+                f"model.zero_shot_class_names must be a list of names or 'imagenet', got the string {explicit!r}"
+            )
+        from open_clip.zero_shot_metadata import IMAGENET_CLASSNAMES
+
+        explicit = list(IMAGENET_CLASSNAMES)
     names = explicit if explicit is not None else getattr(datamodule, "class_names", None)
     if names is None:
         raise ValueError(
@@ -167,7 +176,10 @@ class PerturbationRobustFineTune(RepBenchModule):
             ``test/zero_shot/acc_before`` (frozen teacher) and ``test/zero_shot/acc_after`` (student), the CLIP
             zero-shot accuracy on the test labels (the paper's Table 9 ACC; see :func:`zero_shot_head`).
         zero_shot_class_names: the prompts' class names (label i = name i); None = the data module's
-            ``class_names`` (see :func:`zero_shot_class_names`).
+            ``class_names``; ``"imagenet"`` = OpenAI's ImageNet class names (see :func:`zero_shot_class_names`).
+        zero_shot_every_val: also log ``val/zero_shot/acc_before`` and ``val/zero_shot/acc_after`` at every
+            validation (the same head, on the validation labels), so the zero-shot accuracy is a curve over the
+            epochs (the paper's Fig. 7c); off by default (a text tower built at the first validation).
 
     Checkpoints store the student and leave out the frozen teacher when the backbone spec rebuilds it bit for bit
     (see :class:`~src.models.base.RepBenchModule`).
@@ -195,9 +207,12 @@ class PerturbationRobustFineTune(RepBenchModule):
         seed: int = 0,
         zero_shot_eval: bool | str = "auto",
         zero_shot_class_names: Sequence[str] | None = None,
+        zero_shot_every_val: bool = False,
     ) -> None:
         if zero_shot_eval not in (True, False, "auto"):
             raise ValueError(f"zero_shot_eval must be true, false or 'auto', got {zero_shot_eval!r}")
+        if zero_shot_every_val and zero_shot_eval is False:
+            raise ValueError("zero_shot_every_val=true needs the zero-shot head: set zero_shot_eval to auto or true")
         if zero_shot_eval is True and not _is_open_clip(backbone_spec(backbone)):
             zero_shot_head(backbone_spec(backbone), ["x"])  # raises the error naming the backbone and the fix
         if not float(lam) >= 0.0:
@@ -220,6 +235,7 @@ class PerturbationRobustFineTune(RepBenchModule):
             {f"{s}_{m}": MeanMetric() for s in ("val", "test") for m in ("l1", "l2", "utility", "pairwise_cos")}
         )
         self.zero_shot_metrics = nn.ModuleDict({"acc_before": MeanMetric(), "acc_after": MeanMetric()})
+        self.val_zero_shot_metrics = nn.ModuleDict({"acc_before": MeanMetric(), "acc_after": MeanMetric()})
         self._zero_shot: list[ZeroShotClassifier] = []  # built at test start; a list, not a submodule: never saved
 
     @property
@@ -321,11 +337,12 @@ class PerturbationRobustFineTune(RepBenchModule):
         self.metrics[f"{stage}_utility"].update(out["cos_utility"])
         if n > 1:
             self.metrics[f"{stage}_pairwise_cos"].update(pair, weight=n * (n - 1))
-        if stage == "test" and self.zero_shot is not None:
-            self._update_zero_shot(out["zt"], out["zs"], y)
+        if self.zero_shot is not None and (stage == "test" or self.hparams.get("zero_shot_every_val")):
+            metrics = self.zero_shot_metrics if stage == "test" else self.val_zero_shot_metrics
+            self._update_zero_shot(out["zt"], out["zs"], y, metrics)
 
-    def _update_zero_shot(self, zt: Tensor, zs: Tensor, y: Tensor) -> None:
-        """Per-image zero-shot hits of the teacher (before) and the student (after) against the test labels."""
+    def _update_zero_shot(self, zt: Tensor, zs: Tensor, y: Tensor, metrics: nn.ModuleDict) -> None:
+        """Per-image zero-shot hits of the teacher (before) and the student (after) against the labels."""
         assert self.zero_shot is not None
         k = self.zero_shot.text_weights.shape[0]
         if y.numel() and (int(y.min()) < 0 or int(y.max()) >= k):
@@ -334,7 +351,7 @@ class PerturbationRobustFineTune(RepBenchModule):
                 "model.zero_shot_class_names to one name per label (label i = name i)"
             )
         for key, z in (("acc_before", zt), ("acc_after", zs)):
-            self.zero_shot_metrics[key].update((self.zero_shot(z).argmax(1) == y.to(z.device)).float())
+            metrics[key].update((self.zero_shot(z).argmax(1) == y.to(z.device)).float())
 
     def on_test_start(self) -> None:
         """Build the zero-shot head once (text tower of the backbone's weights; class names from the data)."""
@@ -344,6 +361,15 @@ class PerturbationRobustFineTune(RepBenchModule):
             head = zero_shot_head(self.hparams.backbone, names, seed=int(self.hparams.seed))
             self._zero_shot.append(head.to(self.device))
             log.info("zero-shot accuracy at test time over %d classes: %s", len(names), names)
+
+    def on_validation_start(self) -> None:
+        """With ``zero_shot_every_val``: the zero-shot head, built at the first validation and kept."""
+        if self.hparams.get("zero_shot_every_val") and not self._zero_shot:
+            names = self.zero_shot_names()
+            if names is not None:
+                head = zero_shot_head(self.hparams.backbone, names, seed=int(self.hparams.seed))
+                self._zero_shot.append(head.to(self.device))
+                log.info("zero-shot accuracy at every validation over %d classes: %s", len(names), names)
 
     def validation_step(self, batch: Any, batch_idx: int) -> None:
         self._eval_step("val", batch, batch_idx)
@@ -366,6 +392,10 @@ class PerturbationRobustFineTune(RepBenchModule):
 
     def on_validation_epoch_end(self) -> None:
         self._log_eval("val")
+        if self.hparams.get("zero_shot_every_val") and self.zero_shot is not None:
+            for key, metric in self.val_zero_shot_metrics.items():
+                self.log(f"val/zero_shot/{key}", metric.compute(), sync_dist=False)
+                metric.reset()
 
     def on_test_epoch_end(self) -> None:
         self._log_eval("test")
@@ -378,5 +408,5 @@ class PerturbationRobustFineTune(RepBenchModule):
         super().on_fit_start()  # train mode: the student (less its BatchNorm with freeze_bn_stats); teacher eval
         if self.hparams.get("zero_shot_eval") is True:
             self.zero_shot_names()  # no class names is an error now, not after training
-        for metric in [*self.metrics.values(), *self.zero_shot_metrics.values()]:
+        for metric in [*self.metrics.values(), *self.zero_shot_metrics.values(), *self.val_zero_shot_metrics.values()]:
             metric.reset()  # states created in __init__ are shared between ddp_spawn workers until reset

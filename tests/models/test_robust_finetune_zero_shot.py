@@ -125,3 +125,53 @@ def test_table9_class_names_from_the_data_module():
     assert zero_shot_class_names(None, Digits())[:3] == ["zero", "one", "two"]  # words, not "0", for the text tower
     assert zero_shot_class_names(None, Named()) == ["airplane", "bird"]
     assert zero_shot_class_names(["a", "b"], Digits()) == ["a", "b"]  # an explicit list wins
+
+
+def test_fig7c_zero_shot_accuracy_at_every_validation(tiny_clip):
+    """zero_shot_every_val: val/zero_shot/acc_before|acc_after at each validation (a curve over the epochs, Fig. 7c);
+    off by default, and refused with zero_shot_eval=false."""
+    import lightning as L
+
+    x = _images()
+    y = torch.tensor([0, 1, 2] * 4)
+    loader = DataLoader(TensorDataset(x, y), batch_size=6)
+
+    class Record(L.Callback):
+        def __init__(self) -> None:
+            self.seen: list[dict[str, float]] = []
+
+        def on_validation_end(self, trainer, pl_module) -> None:  # after the module's on_validation_epoch_end
+            self.seen.append({k: float(v) for k, v in trainer.callback_metrics.items() if "zero_shot" in k})
+
+    model = _model(tiny_clip, zero_shot_class_names=NAMES, zero_shot_every_val=True, lr=1e-2)
+    trainer = quiet_trainer()
+    trainer.validate(model, loader, verbose=False)  # before training the student is the teacher
+    first = {k: float(v) for k, v in trainer.callback_metrics.items()}
+    with torch.no_grad():
+        zt = model.teacher.embed(x)
+    expected = _independent_accuracy(zt, model.zero_shot.text_weights, y)
+    assert first["val/zero_shot/acc_before"] == pytest.approx(expected, abs=1e-6)
+    assert first["val/zero_shot/acc_after"] == pytest.approx(expected, abs=1e-6)
+
+    record = Record()
+    fit = quiet_trainer(max_epochs=2, num_sanity_val_steps=0, callbacks=[record])
+    fit.fit(model, loader, loader)
+    assert len(record.seen) == 2
+    assert all(set(r) == {"val/zero_shot/acc_before", "val/zero_shot/acc_after"} for r in record.seen)
+    assert record.seen[-1]["val/zero_shot/acc_before"] == pytest.approx(expected, abs=1e-6)  # the frozen teacher
+
+    default = _model(tiny_clip, zero_shot_class_names=NAMES)
+    plain = quiet_trainer()
+    plain.validate(default, loader, verbose=False)
+    assert not any("zero_shot" in k for k in plain.callback_metrics)
+    with pytest.raises(ValueError, match="zero_shot_every_val=true needs the zero-shot head"):
+        _model(tiny_clip, zero_shot_eval=False, zero_shot_every_val=True)
+
+
+def test_imagenet_class_names_are_openais():
+    from open_clip.zero_shot_metadata import IMAGENET_CLASSNAMES
+
+    names = zero_shot_class_names("imagenet", None)
+    assert len(names) == 1000 and names[:2] == ["tench", "goldfish"] and names == list(IMAGENET_CLASSNAMES)
+    with pytest.raises(ValueError, match="a list of names or 'imagenet', got the string 'cifar'"):
+        zero_shot_class_names("cifar", None)
