@@ -88,6 +88,7 @@ COMPOSED = {
     "python -m src.train data=cifar10 data.download=true backbone=timm_vit_b16": DOWNLOAD,
     "python -m src.synbench": REAL_WEIGHTS,
     "python -m src.synbench full=true": OFFICIAL,
+    "python -m src.synbench 'rejection.data=[cifar10]'": DATA,
     "python -m src.synbench backbones=[embedded:efficientnet_lite0,timm:resnet50] +synbench.normalization=backbone": (
         DOWNLOAD
     ),
