@@ -53,6 +53,23 @@ __all__ = [
 DEFAULT_QUANTILES = (0.1, 0.5, 0.9)
 
 
+def _uniform_init(weight: Tensor, bias: Tensor, in_features: int, generator: torch.Generator | None) -> None:
+    """nn.Linear's default bound for a head's weights and biases: U(−1/√D, 1/√D), in place."""
+    bound = 1.0 / math.sqrt(in_features)
+    with torch.no_grad():
+        weight.uniform_(-bound, bound, generator=generator)
+        bias.uniform_(-bound, bound, generator=generator)
+
+
+def _check_head_input(features: Tensor, in_features: int) -> None:
+    """Refuse features that are not (B, in_features), naming the backbone mismatch."""
+    if features.dim() != 2 or features.shape[1] != in_features:
+        raise ValueError(
+            f"features must have shape (B, {in_features}), got {tuple(features.shape)}; the head was built "
+            f"for {in_features}-d features of the evaluated backbone"
+        )
+
+
 class BatchedLinearHead(nn.Module):
     """``num_tasks`` independent linear classifiers R^D -> R^q as one module.
 
@@ -78,17 +95,10 @@ class BatchedLinearHead(nn.Module):
         self.reset_parameters(generator)
 
     def reset_parameters(self, generator: torch.Generator | None = None) -> None:
-        bound = 1.0 / math.sqrt(self.in_features)
-        with torch.no_grad():
-            self.weight.uniform_(-bound, bound, generator=generator)
-            self.bias.uniform_(-bound, bound, generator=generator)
+        _uniform_init(self.weight, self.bias, self.in_features, generator)
 
     def forward(self, features: Tensor) -> Tensor:
-        if features.dim() != 2 or features.shape[1] != self.in_features:
-            raise ValueError(
-                f"features must have shape (B, {self.in_features}), got {tuple(features.shape)}; the head was built "
-                f"for {self.in_features}-d features of the evaluated backbone"
-            )
+        _check_head_input(features, self.in_features)
         return torch.einsum("tqd,bd->tbq", self.weight, features.to(self.weight.dtype)) + self.bias[:, None, :]
 
     def loss(self, features: Tensor, labels: Tensor) -> Tensor:
@@ -128,18 +138,11 @@ class BatchedLogitHead(nn.Module):
         self.reset_parameters(generator)
 
     def reset_parameters(self, generator: torch.Generator | None = None) -> None:
-        bound = 1.0 / math.sqrt(self.in_features)
-        with torch.no_grad():
-            self.weight.uniform_(-bound, bound, generator=generator)
-            self.bias.uniform_(-bound, bound, generator=generator)
+        _uniform_init(self.weight, self.bias, self.in_features, generator)
 
     def logit(self, features: Tensor) -> Tensor:
         """z (num_tasks, B): one logit per task and row."""
-        if features.dim() != 2 or features.shape[1] != self.in_features:
-            raise ValueError(
-                f"features must have shape (B, {self.in_features}), got {tuple(features.shape)}; the head was built "
-                f"for {self.in_features}-d features of the evaluated backbone"
-            )
+        _check_head_input(features, self.in_features)
         return F.linear(features.to(self.weight.dtype), self.weight, self.bias).T  # nn.Linear's product
 
     def forward(self, features: Tensor) -> Tensor:

@@ -25,27 +25,10 @@ from pathlib import Path
 import pytest
 
 from tests.cli.conftest import compose_cfg
+from tests.report.test_report_cli import TINY as REPORT_TINY
 
 ROOT = Path(__file__).resolve().parents[2]
-TINY = [
-    "input_size=16",
-    "synbench.s_values=[1.0,3.0]",
-    "synbench.n_train=160",
-    "synbench.n_test=64",
-    "synbench.eps=[0.0,0.2]",
-    "divergence_radius.m=2",
-    "divergence_radius.perturbations=[brightness,fog]",
-    "dr_images=4",
-    "dr_image_size=16",
-    "task_prior.prior_backbone={name:timm:test_efficientnet,pretrained:false}",
-    "task_prior.num_tasks=4",
-    "task_prior.epochs=5",
-    "tp_images=40",
-    "tp_image_size=16",
-    "downstream.image_size=16",
-    "downstream.steps=1",
-    "agreement.n_boot=100",
-]
+TINY = [o for o in REPORT_TINY if not o.startswith("progress=")]  # the CLI test's tiny settings; progress shown
 LABELS = ["timm:test_efficientnet", "timm:test_vit", "timm:test_resnet", "timm:resnet10t"]
 
 
