@@ -59,6 +59,28 @@ def _first_samples(loader: Any, n: int) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.cat(xs)[:n], torch.cat(ys)[:n]
 
 
+def autoattack_metrics(
+    model: L.LightningModule, datamodule: L.LightningDataModule, *, version: str, samples: int, seed: int
+) -> dict[str, float]:
+    """torchattacks' port of AutoAttack on the first ``samples`` test samples at every ``model.eval_epsilons``, in the
+    norm of ``model.eval_attack_cfg``: ``{test/adv/acc_autoattack_torchattacks_<version>_<norm>_<eps>: accuracy}``
+    (``python -m src.eval eval.autoattack=true``; ``python -m src.train autoattack=true`` after its test)."""
+    from .attacks.autoattack import autoattack_accuracy
+
+    attack = dict(getattr(model, "eval_attack_cfg", {}) or {})
+    datamodule.setup("test")
+    x, y = _first_samples(datamodule.test_dataloader(), samples)
+    model.eval()
+    norm = attack["norm"]
+    log.info("AutoAttack (torchattacks' port, version %r, %s) on the first %d test samples", version, norm, len(y))
+    return {
+        adv_metric_name("test", autoattack_label(version), norm, eps): float(
+            autoattack_accuracy(model, x, y, eps=eps, norm=norm, version=version, seed=seed)
+        )
+        for eps in model.eval_epsilons
+    }
+
+
 def attack_overrides(hparams: Mapping[str, Any], ev: Mapping[str, Any]) -> dict[str, Any]:
     """Constructor overrides for evaluation: the checkpoint's ``eval_attack`` updated by the non-null fields of
     ``eval.attack`` (so an l-inf-trained probe is attacked with l-inf unless ``eval.attack.norm`` says otherwise),
@@ -96,19 +118,13 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
         results = trainer.test(model=model, datamodule=datamodule, verbose=False)  # the summary comes at the end
     metrics = {k: float(v) for k, v in (results[0] if results else {}).items()}
     if ev.get("autoattack") and attack:
-        from .attacks.autoattack import autoattack_accuracy
-
-        datamodule.setup("test")
-        x, y = _first_samples(datamodule.test_dataloader(), int(ev["autoattack_samples"]))
-        model.eval()
-        norm, version = attack["norm"], ev["autoattack_version"]
-        log.info("AutoAttack (torchattacks' port, version %r, %s) on the first %d test samples", version, norm, len(y))
-        autoattack = {
-            adv_metric_name("test", autoattack_label(version), norm, eps): float(
-                autoattack_accuracy(model, x, y, eps=eps, norm=norm, version=version, seed=int(cfg.seed))
-            )
-            for eps in model.eval_epsilons
-        }
+        autoattack = autoattack_metrics(
+            model,
+            datamodule,
+            version=ev["autoattack_version"],
+            samples=int(ev["autoattack_samples"]),
+            seed=int(cfg.seed),
+        )
         metrics.update(autoattack)
         for lg in loggers:
             lg.log_metrics(autoattack)

@@ -233,6 +233,11 @@ def train(cfg: DictConfig) -> tuple[dict[str, float], dict[str, Any]]:
     ``metrics.json`` and ``summary.md`` in its folder.
     """
     check_trainer_length(cfg)
+    if cfg.get("autoattack") and not (cfg.get("test") and "eval_attack" in cfg.model):
+        raise ValueError(
+            "autoattack=true runs AutoAttack after the test stage on an attackable probe (a model with eval_attack, "
+            f"e.g. model=robust_probe): set test=true (got test={cfg.get('test')}) or autoattack=false"
+        )
     check_objective(cfg)  # optimized_metric has a producer (a monitor's value needs its callback)
     run_dir = _run_dir(cfg)
     lock = RunDirectoryLock(run_dir) if run_dir is not None and not is_child_rank() else None
@@ -290,6 +295,16 @@ def _train(cfg: DictConfig, run_dir: Path | None) -> tuple[dict[str, float], dic
         log.info("test: %s", f"best checkpoint {Path(ckpt).name}" if ckpt else "current weights")
         _run_stage(trainer, "test", model=model, datamodule=datamodule, ckpt_path=ckpt, verbose=False)
         metrics.update(_scalars(trainer.callback_metrics))
+        if cfg.get("autoattack"):  # the tested weights (the best checkpoint's, loaded by the test), as src.eval
+            from .eval import autoattack_metrics
+
+            autoattack = autoattack_metrics(
+                model, datamodule, version=str(cfg.get("autoattack_version", "standard")),
+                samples=int(cfg.get("autoattack_samples", 500)), seed=int(cfg.get("seed", 0)),
+            )  # fmt: skip
+            metrics.update(autoattack)
+            for lg in loggers:
+                lg.log_metrics(autoattack)
     bad = [k for k, v in metrics.items() if not math.isfinite(v)]
     if bad:
         raise FloatingPointError(f"non-finite metrics after training: {bad}")
