@@ -130,6 +130,15 @@ COMPOSED = {
     "model.lr=1e-1,2e-2,2e-3 seed=0,1 logger=csv callbacks.synbench.at_train_start=true "
     "callbacks.spectrum.at_train_start=true": SEVERAL_RUNS,
     "python -m src.divergence_radius 'backbones=[embedded:efficientnet_lite1]' n_test=400": REAL_WEIGHTS,
+    "python -m src.divergence_radius task=depth": REAL_WEIGHTS,
+    "python -m src.train experiment=depth_synthetic": REAL_WEIGHTS,
+    "python -m src.divergence_radius task=depth 'backbones=[embedded:efficientnet_lite0]' "
+    "head_checkpoint=logs/train/runs/<run>/checkpoints/last.ckpt": (
+        "RMSE_p of the head trained by `python -m src.train experiment=depth_synthetic` (minutes); the smoke run and "
+        "tests/divergence_radius/test_depth_cli.py run a checkpoint's head"
+    ),
+    "python -m src.divergence_radius task=depth data=nyu_depth_v2 data.path=/data/nyu_depth_v2 image_size=224 "
+    "n_train=null n_test=null 'backbones=[{name: \"timm:vit_giant_patch14_dinov2.lvd142m\"}]'": DATA,
     "python -m src.divergence_radius 'backbones=[embedded:efficientnet_lite0,embedded:efficientnet_lite1]' "
     "divergence_radius.m=10": REAL_WEIGHTS,
     "python -m src.divergence_radius 'backbones=[{name: \"open_clip:ViT-B-32\", pretrained: laion2b_s34b_b79k}]' "
