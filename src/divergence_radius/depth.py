@@ -23,7 +23,6 @@ No Lightning here; :class:`DepthModel` (backbone + head) is the depth model g âˆ
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,7 +33,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..features import FeatureExtractor
-from ..utils.checks import check_int, check_positive
+from ..utils.checks import check_int, check_nonnegative, check_positive
 from ..utils.modes import eval_mode
 from ..utils.options import Options
 
@@ -111,10 +110,8 @@ class DepthHeadConfig(Options):
             "min_depth": lo,
             "max_depth": hi,
             "lr": check_positive(self.lr, "lr"),
-            "weight_decay": float(self.weight_decay),
+            "weight_decay": check_nonnegative(self.weight_decay, "weight_decay"),
         }
-        if not (math.isfinite(checked["weight_decay"]) and checked["weight_decay"] >= 0):
-            raise ValueError(f"weight_decay must be a finite number >= 0, got {self.weight_decay!r}")
         for name, value in checked.items():
             object.__setattr__(self, name, value)
 
@@ -172,12 +169,12 @@ class DepthHead(nn.Module):
         map_channels: int,
         embed_dim: int = 0,
         *,
-        readout: str = "bins",
-        n_bins: int = 256,
-        min_depth: float = 1e-3,
-        max_depth: float = 10.0,
-        upsample: int = 4,
-        with_embedding: bool = True,
+        readout: str = DepthHeadConfig.readout,
+        n_bins: int = DepthHeadConfig.n_bins,
+        min_depth: float = DepthHeadConfig.min_depth,
+        max_depth: float = DepthHeadConfig.max_depth,
+        upsample: int = DepthHeadConfig.upsample,
+        with_embedding: bool = DepthHeadConfig.with_embedding,
     ) -> None:
         super().__init__()
         cfg = DepthHeadConfig(readout=readout, n_bins=n_bins, min_depth=min_depth, max_depth=max_depth,

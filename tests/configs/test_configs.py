@@ -22,8 +22,13 @@ EXPERIMENTS = sorted(p.stem for p in (CONFIGS / "experiment").glob("*.yaml"))
 GROUPS = ("backbone", "data", "model", "attack", "callbacks", "logger", "trainer", "debug")
 OPTIONS = [(g, p.stem) for g in GROUPS for p in sorted((CONFIGS / g).glob("*.yaml"))]
 # options that only make sense together with another choice (composed with it): unlabeled photos have no
-# num_classes for a classifier; a classifier model in an experiment on unlabeled data gets labeled digits
-COMPANIONS = {("data", "photos"): ["model=robust_finetune"]}
+# num_classes for a classifier, nor have the depth data sets (depth maps, for the depth head); a classifier model
+# in an experiment on unlabeled data gets labeled digits
+COMPANIONS = {
+    ("data", "photos"): ["model=robust_finetune"],
+    ("data", "synthetic_depth"): ["model=depth_probe"],
+    ("data", "nyu_depth_v2"): ["model=depth_probe"],
+}
 LABELED = ["data=digits"]
 
 
