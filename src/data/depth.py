@@ -44,8 +44,8 @@ class DepthTensors(Dataset):
 class SyntheticDepthDataModule(SplitsDataModule):
     """Synthetic scenes with exact per-pixel depth (:func:`src.images.depth_scenes.depth_scenes`): ``num_train``,
     ``num_val`` and ``num_test`` scenes at ``image_size``, each split its own seeded stream (split k: scenes of seed
-    (seed, k)), made once in ``setup`` (seconds: 5.6 s for 1000 scenes of 64 px on a loaded 2-core machine). Depths lie
-    in (0, 9.5] m."""
+    (seed, k)), made once in ``setup`` (1.7 s for 1000 scenes of 64 px on an idle 2-core machine). Depths lie in
+    (0, 9.5] m."""
 
     def __init__(
         self,
