@@ -29,12 +29,10 @@ from typing import Any
 
 import hydra
 import lightning as L
-import torch
 from hydra.utils import instantiate
 from omegaconf import DictConfig
 
-from .attacks.naming import adv_metric_name, autoattack_label
-from .models.base import unpack_batch
+from .models.autoattack import autoattack_metrics
 from .utils.allocator import keep_freed_memory
 from .utils.checkpoint import load_module, module_class, read_checkpoint
 from .utils.console import announce_run, ignore_worker_advice, quiet_cli, task_overrides
@@ -45,40 +43,6 @@ from .utils.run_summary import show_summary, write_summary
 log = logging.getLogger("repbench")
 
 __all__ = ["evaluate", "main"]
-
-
-def _first_samples(loader: Any, n: int) -> tuple[torch.Tensor, torch.Tensor]:
-    xs, ys, have = [], [], 0
-    for batch in loader:
-        x, y, _ = unpack_batch(batch)
-        xs.append(x)
-        ys.append(y)
-        have += len(y)
-        if have >= n:
-            break
-    return torch.cat(xs)[:n], torch.cat(ys)[:n]
-
-
-def autoattack_metrics(
-    model: L.LightningModule, datamodule: L.LightningDataModule, *, version: str, samples: int, seed: int
-) -> dict[str, float]:
-    """torchattacks' port of AutoAttack on the first ``samples`` test samples at every ``model.eval_epsilons``, in the
-    norm of ``model.eval_attack_cfg``: ``{test/adv/acc_autoattack_torchattacks_<version>_<norm>_<eps>: accuracy}``
-    (``python -m src.eval eval.autoattack=true``; ``python -m src.train autoattack=true`` after its test)."""
-    from .attacks.autoattack import autoattack_accuracy
-
-    attack = dict(getattr(model, "eval_attack_cfg", {}) or {})
-    datamodule.setup("test")
-    x, y = _first_samples(datamodule.test_dataloader(), samples)
-    model.eval()
-    norm = attack["norm"]
-    log.info("AutoAttack (torchattacks' port, version %r, %s) on the first %d test samples", version, norm, len(y))
-    return {
-        adv_metric_name("test", autoattack_label(version), norm, eps): float(
-            autoattack_accuracy(model, x, y, eps=eps, norm=norm, version=version, seed=seed)
-        )
-        for eps in model.eval_epsilons
-    }
 
 
 def attack_overrides(hparams: Mapping[str, Any], ev: Mapping[str, Any]) -> dict[str, Any]:

@@ -296,7 +296,7 @@ def _train(cfg: DictConfig, run_dir: Path | None) -> tuple[dict[str, float], dic
         _run_stage(trainer, "test", model=model, datamodule=datamodule, ckpt_path=ckpt, verbose=False)
         metrics.update(_scalars(trainer.callback_metrics))
         if cfg.get("autoattack"):  # the tested weights (the best checkpoint's, loaded by the test), as src.eval
-            from .eval import autoattack_metrics
+            from .models.autoattack import autoattack_metrics
 
             autoattack = autoattack_metrics(
                 model, datamodule, version=str(cfg.get("autoattack_version", "standard")),
