@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -82,3 +83,24 @@ def installed_repbench(wheel, tmp_path_factory):
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     env["HF_HUB_OFFLINE"] = "1"
     return py, site, env
+
+
+TINY_CLIP = "repbench-test-tiny-clip"
+
+
+@pytest.fixture(scope="session")
+def tiny_clip(tmp_path_factory) -> str:
+    """A 1-layer, 32 px ViT open_clip config with the full CLIP vocabulary (open_clip's tokenizer emits ids up to
+    49407), registered once; no download (pretrained=None)."""
+    import open_clip
+
+    if TINY_CLIP not in open_clip.list_models():
+        cfg = {
+            "embed_dim": 16,
+            "vision_cfg": {"image_size": 32, "layers": 1, "width": 32, "head_width": 16, "patch_size": 16},
+            "text_cfg": {"context_length": 12, "vocab_size": 49408, "width": 16, "heads": 1, "layers": 1},
+        }
+        path = tmp_path_factory.mktemp("clip") / f"{TINY_CLIP}.json"
+        path.write_text(json.dumps(cfg))
+        open_clip.add_model_config(path)
+    return TINY_CLIP

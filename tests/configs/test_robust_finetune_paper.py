@@ -5,7 +5,6 @@ stage) with a tiny random-weight open_clip model on a tiny image folder, the zer
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
@@ -20,7 +19,6 @@ from .test_paper_presets import _Constructed, offline_no_construction  # noqa: F
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 PRESET = ["experiment=robust_finetune_paper"]
-TINY_CLIP = "repbench-test-tiny-clip-paper"
 
 
 def test_composes_with_the_papers_settings(tmp_path) -> None:
@@ -53,22 +51,6 @@ def test_offline_stops_before_any_computation_naming_the_weights(tmp_path, offli
         cause = cause.__cause__ or cause.__context__
     assert isinstance(cause, MissingWeightsError)
     assert not list(tmp_path.rglob("*.ckpt")) and not list(tmp_path.rglob("metrics.json"))
-
-
-@pytest.fixture(scope="module")
-def tiny_clip(tmp_path_factory) -> str:
-    import open_clip
-
-    if TINY_CLIP not in open_clip.list_models():
-        cfg = {
-            "embed_dim": 16,
-            "vision_cfg": {"image_size": 32, "layers": 1, "width": 32, "head_width": 16, "patch_size": 16},
-            "text_cfg": {"context_length": 12, "vocab_size": 49408, "width": 16, "heads": 1, "layers": 1},
-        }
-        path = tmp_path_factory.mktemp("clip") / f"{TINY_CLIP}.json"
-        path.write_text(json.dumps(cfg))
-        open_clip.add_model_config(path)
-    return TINY_CLIP
 
 
 def _folder(root: Path, classes: list[str], per_class: int) -> Path:

@@ -3,8 +3,6 @@ Foundation Models to Common Perturbations", arXiv:2604.14973, Table 9 ACC), on a
 
 from __future__ import annotations
 
-import json
-
 import pytest
 import torch
 from torch.utils.data import DataLoader, TensorDataset
@@ -14,26 +12,7 @@ from src.models import PerturbationRobustFineTune
 from src.models.robust_finetune import zero_shot_class_names
 from tests._lightning import quiet_trainer
 
-TINY_CLIP = "repbench-test-tiny-clip-zs"
 NAMES = ["cat", "dog", "car"]
-
-
-@pytest.fixture(scope="module")
-def tiny_clip(tmp_path_factory) -> str:
-    """A 1-layer, 32 px ViT open_clip config with the full CLIP vocabulary (open_clip's tokenizer emits ids up to
-    49407), registered once; no download (pretrained=None)."""
-    import open_clip
-
-    if TINY_CLIP not in open_clip.list_models():
-        cfg = {
-            "embed_dim": 16,
-            "vision_cfg": {"image_size": 32, "layers": 1, "width": 32, "head_width": 16, "patch_size": 16},
-            "text_cfg": {"context_length": 12, "vocab_size": 49408, "width": 16, "heads": 1, "layers": 1},
-        }
-        path = tmp_path_factory.mktemp("clip") / f"{TINY_CLIP}.json"
-        path.write_text(json.dumps(cfg))
-        open_clip.add_model_config(path)
-    return TINY_CLIP
 
 
 def _model(arch: str, **kw) -> PerturbationRobustFineTune:
