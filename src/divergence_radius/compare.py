@@ -161,12 +161,7 @@ def check_comparison(
             )
         _check_class_names(classifier, class_names, len(DIGIT_NAMES) - 1)
         return Plan(specs, names, cfg, digits)
-    given = {"image_size": image_size, "n_train": n_train, "n_test": n_test}
-    if any(v is not None for v in given.values()):
-        raise ValueError(
-            f"{[k for k, v in given.items() if v is not None]} set the digits default data; with images= leave them "
-            "None (the images' own size and count are used)"
-        )
+    _refuse_default_sizes(image_size, n_train, n_test, "the digits default data")
     _check_labelled(images, labels, "images", "labels", at_least=2, why="the regression fits on one half")
     if classifier == "linear":
         if train_images is None or train_labels is None:
@@ -238,12 +233,7 @@ def _check_depth(
         if fit and scenes["n_train"] < 2:
             raise ValueError(f"task=depth fits a head on n_train scenes: n_train must be >= 2, got {scenes['n_train']}")
         return Plan(specs, names, cfg, scenes, "depth")
-    given = {"image_size": image_size, "n_train": n_train, "n_test": n_test}
-    if any(v is not None for v in given.values()):
-        raise ValueError(
-            f"{[k for k, v in given.items() if v is not None]} set the synthetic scenes; with images= leave them "
-            "None (the images' own size and count are used)"
-        )
+    _refuse_default_sizes(image_size, n_train, n_test, "the synthetic scenes")
     _check_depth_maps(images, labels, "images", "labels", at_least=2, why="the regression fits on one half")
     if fit:
         if train_images is None or train_labels is None:
@@ -295,6 +285,16 @@ def _check_class_names(classifier: str, class_names: Sequence[str] | None, top_l
         raise ValueError(
             f"classifier='zero_shot' scores one prompt per class name, but the labels go up to {top_label} and "
             f"class_names has {n} name(s); pass one name per class (label i is class_names[i])"
+        )
+
+
+def _refuse_default_sizes(image_size: int | None, n_train: int | None, n_test: int | None, what: str) -> None:
+    """With images= the images' own size and count are used: refuse the sizes of the default data (``what``)."""
+    given = {"image_size": image_size, "n_train": n_train, "n_test": n_test}
+    if any(v is not None for v in given.values()):
+        raise ValueError(
+            f"{[k for k, v in given.items() if v is not None]} set {what}; with images= leave them "
+            "None (the images' own size and count are used)"
         )
 
 
