@@ -42,7 +42,7 @@ from .utils.run_summary import show_summary, write_summary
 
 log = logging.getLogger("repbench")
 
-__all__ = ["evaluate", "main"]
+__all__ = ["evaluate", "main", "zero_shot_overrides"]
 
 
 def attack_overrides(hparams: Mapping[str, Any], ev: Mapping[str, Any]) -> dict[str, Any]:
@@ -58,6 +58,31 @@ def attack_overrides(hparams: Mapping[str, Any], ev: Mapping[str, Any]) -> dict[
     return out
 
 
+#: ``eval.zero_shot_class_names``: the evaluated data module's own class names (its folders' names)
+DATA_NAMES = "data"
+
+
+def zero_shot_overrides(hparams: Mapping[str, Any], ev: Mapping[str, Any]) -> dict[str, Any]:
+    """Constructor overrides of the zero-shot prompts' class names (a model with a CLIP zero-shot head,
+    :class:`~src.models.PerturbationRobustFineTune`, evaluated on another data set than it was trained on — the
+    DivergenceRadius paper's Fig. 7 Food101 half): ``eval.zero_shot_class_names`` null keeps the checkpoint's, ``data``
+    takes the evaluated data module's (its folder names), ``imagenet`` or a list names them. A model without that
+    hyperparameter is refused, naming why."""
+    value = ev.get("zero_shot_class_names")
+    if value is None:
+        return {}
+    if "zero_shot_class_names" not in hparams:
+        raise ValueError(
+            "eval.zero_shot_class_names renames the prompts of a model with a zero-shot head (a robust_finetune "
+            "checkpoint); this checkpoint's model has none: leave eval.zero_shot_class_names=null"
+        )
+    if value == DATA_NAMES:
+        return {"zero_shot_class_names": None}  # the model reads the data module's class_names
+    from .divergence_radius.downstream import prompt_class_names
+
+    return {"zero_shot_class_names": prompt_class_names(value, key="eval.zero_shot_class_names")}
+
+
 def evaluate(cfg: DictConfig) -> dict[str, float]:
     """Load ``cfg.ckpt_path`` (weights_only), test it on ``cfg.data``; returns the metrics, also written to the run
     folder as ``metrics.json`` and ``summary.md`` (:func:`~src.utils.run_summary.write_summary`, as ``src.train``)."""
@@ -66,7 +91,8 @@ def evaluate(cfg: DictConfig) -> dict[str, float]:
     ckpt = read_checkpoint(cfg.ckpt_path)
     module_class(ckpt, cfg.ckpt_path)  # refuses a checkpoint of an unregistered class before anything else
     ev = to_container(cfg.eval)
-    overrides = attack_overrides(ckpt.get("hyper_parameters") or {}, ev)
+    hparams = ckpt.get("hyper_parameters") or {}
+    overrides = {**attack_overrides(hparams, ev), **zero_shot_overrides(hparams, ev)}
     del ckpt
     model = load_module(cfg.ckpt_path, **overrides)
     datamodule: L.LightningDataModule = instantiate(cfg.data, _convert_="all")

@@ -74,6 +74,10 @@ REPORT_JOBS = (
     "the default report's 5 real backbones as jobs (minutes); tests/report/test_workers.py runs this launcher path and "
     "the page stage on 4 tiny backbones"
 )
+NATIVE_SIZES = (
+    "a random-weight CLIP RN50 (text tower included) at its 224 px beside a tiny ViT: about a minute on 2 CPU cores; "
+    "tests/divergence_radius/test_classifier_per_backbone.py runs the same paths with tiny nets"
+)
 SLURM = "submits jobs to a SLURM cluster (sbatch) with the official budget; the config composes with the launcher"
 
 COMPOSED = {
@@ -145,6 +149,9 @@ COMPOSED = {
     "classifier=zero_shot": DOWNLOAD,
     "python -m src.divergence_radius data=imagefolder data.root=/data/food101/train data.test_root=/data/food101/test "
     "data.num_classes=101 image_size=224 'backbones=[{name: \"timm:vit_giant_patch14_dinov2.lvd142m\"}]'": DATA,
+    "python -m src.divergence_radius 'backbones=[{name: \"open_clip:RN50\", pretrained: null},{name: \"timm:test_vit\", "
+    "pretrained: false}]' classifier=auto image_size=native n_train=30 n_test=4 divergence_radius.m=1 "
+    "'divergence_radius.perturbations=[brightness]'": NATIVE_SIZES,
     "python -m src.train experiment=robust_finetune 'callbacks=[default,downstream]' "
     "+data@callbacks.downstream.data=digits": REAL_WEIGHTS,
     "python -m src.train model=robust_finetune backbone=open_clip_vit_b32 data=digits data.image_size=224 test=true "

@@ -18,6 +18,7 @@ __all__ = [
     "check_buildable",
     "backbone_spec",
     "build_backbone",
+    "native_sizes",
     "plain",
     "spec_name",
 ]
@@ -132,12 +133,23 @@ def check_buildable(specs: Sequence[BackboneLike]) -> list[tuple[int, int] | Non
     random-weight backbones built afterwards get the same initial weights as without this check. Returns, per entry,
     the native (H, W) of a backbone that accepts no other input size (``fixed_input_size``: a ViT's positional
     embedding), else None — what a caller checks its image sizes against before any work."""
+    return [size if fixed else None for size, fixed in _built_sizes(specs)]
+
+
+def native_sizes(specs: Sequence[BackboneLike]) -> list[tuple[int, int]]:
+    """The native input (H, W) of every entry of a backbone list (each built once on the CPU and dropped, under
+    ``torch.random.fork_rng`` as :func:`check_buildable`: a missing weight file fails here too)."""
+    return [size for size, _ in _built_sizes(specs)]
+
+
+def _built_sizes(specs: Sequence[BackboneLike]) -> list[tuple[tuple[int, int], bool]]:
+    """((H, W), fixed_input_size) of each backbone, built once on the CPU under ``fork_rng``."""
     import torch
 
-    fixed: list[tuple[int, int] | None] = []
+    out: list[tuple[tuple[int, int], bool]] = []
     with torch.random.fork_rng(devices=[]):
         for spec in specs:
             bb = spec if isinstance(spec, Backbone) else build_backbone(spec)
-            size = (int(bb.input_size[1]), int(bb.input_size[2]))
-            fixed.append(size if getattr(bb, "fixed_input_size", False) else None)
-    return fixed
+            out.append(((int(bb.input_size[1]), int(bb.input_size[2])), bool(getattr(bb, "fixed_input_size", False))))
+            del bb
+    return out

@@ -123,10 +123,14 @@ def create_timm(
                 f"{checkpoint_path} does not match timm model {name!r}: missing {missing[:5]}, unexpected {unexpected[:5]}"
             )
     cfg = model.pretrained_cfg
+    input_size = tuple(cfg.get("input_size", (3, 224, 224)))
+    if kwargs.get("img_size") is not None:  # built for another resolution (a ViT's positional embedding resampled):
+        side = kwargs["img_size"]  # its native size is that one, not the pretrained config's
+        input_size = (3, *((side, side) if isinstance(side, int) else tuple(side)))
     return TimmBackbone(
         model,
         name=f"timm:{name}",
-        input_size=cfg.get("input_size", (3, 224, 224)),
+        input_size=input_size,
         mean=cfg.get("mean", (0.485, 0.456, 0.406)),
         std=cfg.get("std", (0.229, 0.224, 0.225)),
         interpolation=cfg.get("interpolation", "bicubic"),

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -55,7 +56,7 @@ def comparison_arguments(cfg: DictConfig) -> dict[str, Any]:
     return {
         "backbones": plain(cfg.backbones),
         "config": config,
-        "classifier": cfg.classifier,
+        "classifier": plain(cfg.classifier) if OmegaConf.is_list(cfg.classifier) else cfg.classifier,
         "templates": plain(cfg.templates),
         "class_names": plain(cfg.class_names),
         "image_size": cfg.image_size,
@@ -76,17 +77,28 @@ def uses_bundled_digits(cfg: DictConfig) -> bool:
     return cfg.get("data") is None
 
 
-def data_arguments(cfg: DictConfig, seed: int) -> dict[str, Any]:
+def data_arguments(
+    cfg: DictConfig, seed: int, heads: Sequence[str] | None = None, image_size: int | None = None
+) -> dict[str, Any]:
     """The data keyword arguments of ``compare_backbones`` with ``data=<configs/data option>`` (the training CLI's
     group, built at ``image_size`` with the sweep's ``seed``): ``n_train`` images of its train split train the
     linear probe and ``n_test`` images of its test split are swept (seeded draws; null = every image of the split;
-    more than a split holds is refused). Zero-shot with ``class_names: null`` takes the data module's class names.
-    Reads the files: a missing folder fails here, before any backbone is built."""
+    more than a split holds is refused). Zero-shot with ``class_names: null`` takes the data module's class names
+    (its folder names: :func:`~src.divergence_radius.downstream.prompt_class_names`). Reads the files: a missing
+    folder fails here, before any backbone is built. ``heads``: each backbone's classifier (the checked plan's; None =
+    from ``cfg``); ``image_size``: the side the data are made at (None = ``cfg.image_size``)."""
+    from ..backbones.spec import backbone_list
     from ..utils.data_tensors import dataset_tensors, load_data_config, open_splits
+    from .compare import backbone_classifiers
+    from .downstream import prompt_class_names
 
     paths = OmegaConf.to_container(cfg.paths, resolve=True)
-    dm = load_data_config(OmegaConf.to_container(cfg.data), seed, cfg.image_size, paths=paths, key="data")
-    linear = cfg.classifier == "linear" or cfg.get("task") == "depth"  # a probe or a depth head: the train split
+    side = cfg.image_size if image_size is None else image_size
+    dm = load_data_config(OmegaConf.to_container(cfg.data), seed, side, paths=paths, key="data")
+    if heads is None:
+        args = comparison_arguments(cfg)
+        heads = backbone_classifiers(backbone_list(args["backbones"]), args["classifier"])
+    linear = "linear" in heads or cfg.get("task") == "depth"  # a probe or a depth head: the train split
     splits = open_splits(dm, ("train", "test") if linear else ("test",), key="data")
     images, labels = dataset_tensors(
         splits["test"], cfg.n_test, seed=seed, key="n_test (test-split images swept)", minimum=2
@@ -96,36 +108,56 @@ def data_arguments(cfg: DictConfig, seed: int) -> dict[str, Any]:
         out["train_images"], out["train_labels"] = dataset_tensors(
             splits["train"], cfg.n_train, seed=seed, key="n_train (train-split images of the probe)"
         )
-    elif cfg.class_names is None:
+    if "zero_shot" in heads and cfg.get("task") != "depth" and cfg.class_names is None:
         names = getattr(dm, "class_names", None)
         if not names:
             raise ValueError(
                 f"classifier=zero_shot needs a class name per label and {type(dm).__name__} has no class_names; set "
                 "class_names=[...] (label i is class_names[i])"
             )
-        out["class_names"] = list(names)
+        out["class_names"] = prompt_class_names(names, from_folders=True, key="class_names")
     return out
 
 
 def run(cfg: DictConfig) -> Path:
     """The report of a composed divergence_radius.yaml. The settings (backbone list, the ``divergence_radius`` block, the
     classifier, the sizes), then the data (``data``: its files are read) and the output directory are checked before
-    any backbone is built."""
+    any backbone is built. ``image_size=native`` with ``data=``: the backbones run in groups of one native size
+    (:func:`~src.divergence_radius.compare.native_groups`), the data made at each group's size (the same seeded draw),
+    the reports merged into one."""
     from ..utils.run_dir import OUTPUT_DIR_FIX, check_writable_dir
-    from .compare import check_comparison, compare_backbones
+    from .compare import NATIVE, check_comparison, compare_backbones, merge_reports, native_groups
 
     args = comparison_arguments(cfg)
-    cheap = {k: v for k, v in args.items() if k not in ("templates", "probe_C", "depth", "extractor")}
-    if not uses_bundled_digits(cfg):  # backbones, sweep, classifier, sizes first; the data's class names below
-        cheap["class_names"] = None
-    check_comparison(**cheap)
-    if not uses_bundled_digits(cfg):
-        args.update(data_arguments(cfg, args["config"].seed))  # reads the data: missing files fail here
-        check_comparison(**{k: v for k, v in args.items() if k not in ("templates", "probe_C", "depth", "extractor")})
+    checked = lambda a: {k: v for k, v in a.items() if k not in ("templates", "probe_C", "depth", "extractor")}  # noqa: E731
+    cheap = checked(args)
+    data = not uses_bundled_digits(cfg)
+    if data:  # backbones, sweep, classifier, sizes first; the data's class names and sizes below
+        cheap.update(class_names=None, image_size=None if cfg.image_size == NATIVE else cheap["image_size"])
+    plan = check_comparison(**cheap) if cheap["image_size"] != NATIVE else None  # native digits: compare_backbones
+    groups = [(None, list(range(len(plan.specs))))] if plan is not None else []
+    if data and cfg.image_size == NATIVE:
+        groups = native_groups(plan.specs)  # builds each backbone once on the CPU: missing weights fail here
     out = check_writable_dir(cfg.paths.output_dir, OUTPUT_DIR_FIX)
     keep_freed_memory()  # reuse freed activation memory (docs/speed.md), as every CLI does
     t0 = time.perf_counter()
-    report = compare_backbones(**args, device=cfg.device, progress=bool(cfg.progress))
+    run_options = {"device": cfg.device, "progress": bool(cfg.progress)}
+    if not data:
+        report = compare_backbones(**args, **run_options)
+    else:
+        parts = []
+        for side, idx in groups:
+            sub = dict(args)
+            if side is not None:
+                c = args["classifier"]
+                sub.update(
+                    backbones=[plan.specs[i] for i in idx], classifier=c if isinstance(c, str) else [c[i] for i in idx]
+                )
+            heads = [plan.classifiers[i] for i in idx] if plan.classifiers else None
+            sub.update(data_arguments(cfg, args["config"].seed, heads, side))  # reads the data: missing files fail here
+            check_comparison(**checked(sub))
+            parts.append((idx, compare_backbones(**sub, **run_options)))
+        report = merge_reports(plan.labels, parts) if len(parts) > 1 else parts[0][1]
     report.write(out)
     # once: Hydra's job logging shows it on the console and keeps it in the run's log file
     log.info("DivergenceRadius report (%.0f s):\n%s\nwritten to %s", time.perf_counter() - t0, report.markdown, out)

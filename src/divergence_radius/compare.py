@@ -22,6 +22,7 @@ by ``_``) when there are several.
 
 from __future__ import annotations
 
+import inspect
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -39,6 +40,7 @@ from ..backbones.spec import (
     backbone_list,
     build_backbone,
     check_buildable,
+    native_sizes,
     spec_name,
 )
 from ..features import extractor_options
@@ -48,7 +50,7 @@ from ..utils.progress import progress_sink
 from ..utils.report_writer import Report
 from .config import DivergenceRadiusConfig
 from .depth import DepthHeadConfig, load_depth_checkpoint
-from .downstream import DEFAULT_TEMPLATES
+from .downstream import DEFAULT_TEMPLATES, DIGIT_NAMES, prompt_class_names
 from .report import (
     TASK_METRICS,
     check_split_sizes,
@@ -61,7 +63,13 @@ from .report import (
 )
 
 __all__ = [
+    "AUTO",
     "CLASSIFIERS",
+    "NATIVE",
+    "backbone_classifiers",
+    "check_sizes_fit",
+    "merge_reports",
+    "native_groups",
     "DIGIT_NAMES",
     "DIGITS_SPLIT",
     "SCENES_SPLIT",
@@ -74,8 +82,9 @@ log = logging.getLogger("repbench")
 
 #: the downstream heads g of §5.1: a logistic-regression probe on clean features, or CLIP zero-shot (open_clip only)
 CLASSIFIERS = ("linear", "zero_shot")
-#: the class names of the digits, for zero-shot prompts
-DIGIT_NAMES = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
+#: ``classifier="auto"``: each backbone the paper's head (§5.1, Table 5): zero-shot for CLIP (open_clip) backbones,
+#: a linear probe for the others (DINOv2)
+AUTO = "auto"
 #: the default data: scikit-learn digits upsampled to image_size, a seeded split into n_train probe-training and
 #: n_test swept images (image_size 64: the probe reaches ~0.95 with EfficientNet-Lite0)
 DIGITS_SPLIT = MappingProxyType({"image_size": 64, "n_train": 1000, "n_test": 200})
@@ -85,6 +94,9 @@ DIGITS_SPLIT = MappingProxyType({"image_size": 64, "n_train": 1000, "n_test": 20
 SCENES_SPLIT = DIGITS_SPLIT
 #: the downstream tasks: §5's classifiers (ACC_p) and App. D–F's depth head (RMSE_p)
 TASKS = tuple(TASK_METRICS)
+#: ``image_size="native"``: each backbone at its own input size (the paper's: ViT-L/14 224 px, RN50x64 448 px), the
+#: backbones run in groups of one size (:func:`native_groups`) and their reports merged (:func:`merge_reports`)
+NATIVE = "native"
 #: the backbone sources whose wrappers expose a spatial feature map (Backbone.embed_with_map), what the depth head reads
 MAP_SOURCES = ("timm:", "embedded:", "hf:", "open_clip:")
 
@@ -99,6 +111,81 @@ class Plan:
     config: DivergenceRadiusConfig
     digits: dict[str, int] | None  # the default split's sizes (digits or scenes, by task); None with images=
     task: str = "classification"
+    classifiers: tuple[str, ...] = ()  # each backbone's head (classification): "linear" or "zero_shot"
+    class_names: tuple[str, ...] | None = None  # the zero-shot prompts' names (None: no zero-shot backbone)
+
+
+def native_groups(specs: Sequence[BackboneLike]) -> list[tuple[int, list[int]]]:
+    """[(side, indices)]: the backbones grouped by their native input side (each built once on the CPU under
+    ``fork_rng``, as :func:`~src.backbones.spec.check_buildable`), in the order each side first appears. A
+    non-square native size is refused (the data are made square)."""
+    sides: dict[int, list[int]] = {}
+    for i, (h, w) in enumerate(native_sizes(specs)):
+        if h != w:
+            raise ValueError(
+                f"image_size=native makes square images, but {spec_name(specs[i])} takes {h}x{w}; set image_size= "
+                "to one side for all backbones"
+            )
+        sides.setdefault(h, []).append(i)
+    return list(sides.items())
+
+
+def check_sizes_fit(labels: Sequence[str], fixed: Sequence[tuple[int, int] | None], side: int) -> None:
+    """Refuse, before any work, images of side ``side`` for a backbone that accepts only its native size (``fixed``:
+    :func:`~src.backbones.spec.check_buildable`), naming the fix: ``image_size=native`` (each backbone its size)."""
+    wrong = [f"{lab} ({f[0]}x{f[1]})" for lab, f in zip(labels, fixed) if f is not None and f != (side, side)]
+    if wrong:
+        raise ValueError(
+            f"backbones {wrong} accept only their native input size (fixed positional embedding), but the images are "
+            f"{side}x{side}; set image_size=native (each backbone its own size, one run) or leave them out"
+        )
+
+
+def merge_reports(labels: Sequence[str], parts: Sequence[tuple[Sequence[int], Report]]) -> Report:
+    """One Report of the reports of groups of a backbone list (``parts``: (the group's indices in the list, its
+    Report)), each backbone under its label in the whole list (``labels``), in list order."""
+    import dataclasses
+
+    results: dict[int, Any] = {}
+    for indices, report in parts:
+        for i, rep in zip(indices, report.results.values()):
+            results[i] = dataclasses.replace(rep, backbone=labels[i])
+    return divergence_radius_report({labels[i]: results[i] for i in sorted(results)})
+
+
+def _is_clip(spec: Any) -> bool:
+    """An ``open_clip:`` backbone in the joint image-text space (not ``projection: false``): a zero-shot head fits."""
+    opts = spec if isinstance(spec, Mapping) else {}
+    return spec_name(spec).startswith("open_clip:") and opts.get("projection", True) is not False
+
+
+def backbone_classifiers(specs: Sequence[Any], classifier: str | Sequence[str]) -> list[str]:
+    """Each backbone's downstream head (§5.1): ``classifier`` for all ("linear" or "zero_shot"), ``"auto"`` (the
+    paper's choice per model, Table 5: zero-shot for CLIP backbones, linear for the others), or a list with one of
+    "linear" / "zero_shot" / "auto" per backbone. A ValueError names a bad value, a list of the wrong length and a
+    zero-shot head asked of a backbone without a text tower."""
+    per = [classifier] * len(specs) if isinstance(classifier, str) else list(classifier)
+    if len(per) != len(specs):
+        raise ValueError(
+            f"classifier lists one head per backbone: {len(per)} given for {len(specs)} backbone(s); or give one "
+            f"value for all ({list(CLASSIFIERS) + [AUTO]})"
+        )
+    bad = [c for c in per if c not in (*CLASSIFIERS, AUTO)]
+    if bad:
+        raise ValueError(
+            f"classifier must be 'linear' (a logistic-regression probe on clean features), 'zero_shot' (CLIP "
+            f"prompts; open_clip backbones) or 'auto' (zero-shot for open_clip backbones, linear for the others), "
+            f"or a list of these, one per backbone; got {bad[0]!r}"
+        )
+    heads = [("zero_shot" if _is_clip(s) else "linear") if c == AUTO else c for s, c in zip(specs, per)]
+    other = [spec_name(s) for s, c in zip(specs, heads) if c == "zero_shot" and not _is_clip(s)]
+    if other:
+        raise ValueError(
+            f"classifier='zero_shot' needs open_clip backbones in the joint image-text space (their text tower makes "
+            f"the class prompts), got {other}; use classifier='linear' for them, classifier='auto' (each backbone "
+            "its paper head), or compare open_clip:<arch> backbones"
+        )
+    return heads
 
 
 def check_comparison(
@@ -109,8 +196,8 @@ def check_comparison(
     labels: Tensor | None = None,
     train_images: Tensor | None = None,
     train_labels: Tensor | None = None,
-    classifier: str = "linear",
-    class_names: Sequence[str] | None = None,
+    classifier: str | Sequence[str] = "linear",
+    class_names: Sequence[str] | str | None = None,
     image_size: int | None = None,
     n_train: int | None = None,
     n_test: int | None = None,
@@ -118,11 +205,12 @@ def check_comparison(
     head_checkpoint: str | None = None,
 ) -> Plan:
     """Every check of :func:`compare_backbones` that needs no backbone (the CLI runs it before its output-folder
-    check): the backbone list and labels, the config, the task, the classifier (zero-shot needs ``open_clip:``
-    backbones and a class name per label), and either the default split's sizes or the given images and labels
-    (depth: maps). ValueErrors name the argument and the fix."""
+    check): the backbone list and labels, the config, the task, each backbone's classifier
+    (:func:`backbone_classifiers`; zero-shot needs ``open_clip:`` backbones and a class name per label,
+    :func:`~src.divergence_radius.downstream.prompt_class_names`), and either the default split's sizes or the given
+    images and labels (depth: maps). ValueErrors name the argument and the fix."""
     specs = backbone_list(backbones)
-    names = backbone_labels(specs)
+    labels_ = backbone_labels(specs)
     cfg = DivergenceRadiusConfig.coerce(config)
     if task not in TASKS:
         raise ValueError(
@@ -134,20 +222,13 @@ def check_comparison(
     if task == "depth":
         if head_checkpoint is not None:
             _check_head_checkpoint(head_checkpoint, specs)
-        return _check_depth(specs, names, cfg, images, labels, train_images, train_labels, classifier,
+        return _check_depth(specs, labels_, cfg, images, labels, train_images, train_labels, classifier,
                             image_size, n_train, n_test, fit=head_checkpoint is None)  # fmt: skip
-    if classifier not in CLASSIFIERS:
-        raise ValueError(
-            f"classifier must be 'linear' (a logistic-regression probe on clean features) or 'zero_shot' (CLIP "
-            f"prompts; open_clip backbones), got {classifier!r}"
-        )
-    if classifier == "zero_shot":
-        other = [spec_name(s) for s in specs if not spec_name(s).startswith("open_clip:")]
-        if other:
-            raise ValueError(
-                f"classifier='zero_shot' needs open_clip backbones (their text tower makes the class prompts), got "
-                f"{other}; use classifier='linear' for them, or compare open_clip:<arch> backbones"
-            )
+    heads = backbone_classifiers(specs, classifier)
+    linear, zero_shot = "linear" in heads, "zero_shot" in heads
+    names = None
+    if zero_shot:
+        names = tuple(DIGIT_NAMES if class_names is None else prompt_class_names(class_names, key="class_names"))
     if images is None:
         if labels is not None or train_images is not None or train_labels is not None:
             raise ValueError(
@@ -155,15 +236,15 @@ def check_comparison(
                 "none of them for the digits default"
             )
         digits = _default_split(DIGITS_SPLIT, image_size, n_train, n_test)
-        if classifier == "linear" and digits["n_train"] < 2:
+        if linear and digits["n_train"] < 2:
             raise ValueError(
                 f"classifier=linear fits a probe on n_train clean images: n_train must be >= 2, got {digits['n_train']}"
             )
-        _check_class_names(classifier, class_names, len(DIGIT_NAMES) - 1)
-        return Plan(specs, names, cfg, digits)
+        _check_class_names(names, len(DIGIT_NAMES) - 1)
+        return Plan(specs, labels_, cfg, digits, classifiers=tuple(heads), class_names=names)
     _refuse_default_sizes(image_size, n_train, n_test, "the digits default data")
     _check_labelled(images, labels, "images", "labels", at_least=2, why="the regression fits on one half")
-    if classifier == "linear":
+    if linear:
         if train_images is None or train_labels is None:
             raise ValueError(
                 "classifier='linear' fits a probe on clean training images: pass train_images= and train_labels= "
@@ -174,8 +255,8 @@ def check_comparison(
             raise ValueError("train_labels hold a single class; a linear probe needs at least two")
     elif train_images is not None or train_labels is not None:
         raise ValueError("train_images= / train_labels= train the linear probe; classifier='zero_shot' uses none")
-    _check_class_names(classifier, class_names, int(labels.max()) if labels.numel() else 0)
-    return Plan(specs, names, cfg, None)
+    _check_class_names(names, int(labels.max()) if labels.numel() else 0)
+    return Plan(specs, labels_, cfg, None, classifiers=tuple(heads), class_names=names)
 
 
 def _default_split(
@@ -275,12 +356,12 @@ def _check_depth_maps(x: Tensor, y: Tensor | None, name: str, map_name: str, *, 
         raise ValueError(f"{map_name} must be float depth maps of shape {want} (metres, one per image), got {got}")
 
 
-def _check_class_names(classifier: str, class_names: Sequence[str] | None, top_label: int) -> None:
-    """Zero-shot scores one prompt per class name (label i = class_names[i]): a label without a name would count as
-    misclassified on every version, silently; refused."""
-    if classifier != "zero_shot":
+def _check_class_names(class_names: Sequence[str] | None, top_label: int) -> None:
+    """Zero-shot scores one prompt per class name (label i = class_names[i]; None: no zero-shot backbone): a label
+    without a name would count as misclassified on every version, silently; refused."""
+    if class_names is None:
         return
-    n = len(DIGIT_NAMES if class_names is None else class_names)
+    n = len(class_names)
     if top_label >= n:
         raise ValueError(
             f"classifier='zero_shot' scores one prompt per class name, but the labels go up to {top_label} and "
@@ -318,6 +399,29 @@ def _pretrained(spec: Any, backbone: Any) -> str | None:
     return value if isinstance(value, str) else None
 
 
+def _compare_native(kwargs: dict[str, Any]) -> Report:
+    """compare_backbones(image_size="native") on the default data: each group of backbones of one native side
+    (:func:`native_groups`) compared at that side, every group's settings checked first, the reports merged."""
+    if kwargs["images"] is not None:
+        raise ValueError(
+            "image_size='native' makes the default data at each backbone's size; with images= leave it None"
+        )
+    specs = backbone_list(kwargs["backbones"])
+    labels = backbone_labels(specs)
+    heads = kwargs["classifier"] if isinstance(kwargs["classifier"], str) else list(kwargs["classifier"])
+    groups = native_groups(specs)
+
+    def sub(indices: list[int], side: int) -> dict[str, Any]:
+        per = heads if isinstance(heads, str) else [heads[i] for i in indices]
+        return {**kwargs, "backbones": [specs[i] for i in indices], "classifier": per, "image_size": side}
+
+    checked = [k for k in inspect.signature(check_comparison).parameters if k != "config"]
+    for side, indices in groups:  # every group's settings before any work
+        args = sub(indices, side)
+        check_comparison(args["backbones"], args["config"], **{k: args[k] for k in checked[1:]})
+    return merge_reports(labels, [(indices, compare_backbones(**sub(indices, side))) for side, indices in groups])
+
+
 def compare_backbones(
     backbones: Sequence[BackboneLike],
     config: DivergenceRadiusConfig | Mapping[str, Any] | None = None,
@@ -326,10 +430,10 @@ def compare_backbones(
     labels: Tensor | None = None,
     train_images: Tensor | None = None,
     train_labels: Tensor | None = None,
-    classifier: str = "linear",
+    classifier: str | Sequence[str] = "linear",
     templates: Sequence[str] = DEFAULT_TEMPLATES,
-    class_names: Sequence[str] | None = None,
-    image_size: int | None = None,
+    class_names: Sequence[str] | str | None = None,
+    image_size: int | str | None = None,
     n_train: int | None = None,
     n_test: int | None = None,
     probe_C: float = 1.0,
@@ -349,11 +453,15 @@ def compare_backbones(
     ``backbones``: names, ``{name: ..., **create_backbone options}`` or Backbones
     (:func:`~src.backbones.spec.backbone_list`; labels from :func:`~src.backbones.spec.backbone_labels`).
     Data: by default the digits (:data:`DIGITS_SPLIT`) or, for depth, synthetic scenes (:data:`SCENES_SPLIT`):
-    ``image_size``, ``n_train``, ``n_test``, None = its values, drawn with ``config.seed``; or ``images`` (N, 3, H, W)
+    ``image_size``, ``n_train``, ``n_test``, None = its values, drawn with ``config.seed``; ``image_size="native"``:
+    each backbone at its own input size (:data:`NATIVE`; backbones of one size run together, every group checked
+    before the first runs); or ``images`` (N, 3, H, W)
     in [0, 1] with ``labels`` (classification: integer classes (N,); depth: maps (N, 1, H, W) in metres), plus
     ``train_images`` / ``train_labels`` for the linear probe or the depth head. ``classifier``: "linear" (probe with
-    L2 penalty ``probe_C``) or "zero_shot" (open_clip backbones; prompts ``templates`` with ``class_names``, default
-    the digit names). ``depth``: the depth head and its fit (a :class:`~src.divergence_radius.depth.DepthHeadConfig`,
+    L2 penalty ``probe_C``), "zero_shot" (open_clip backbones; prompts ``templates`` with ``class_names``: a list,
+    ``"imagenet"`` (:data:`~src.divergence_radius.downstream.CLASS_NAME_LISTS`), default the digit names), "auto"
+    (the paper's heads in one run: zero-shot for open_clip backbones, linear for the others) or one of these per
+    backbone (:func:`backbone_classifiers`). ``depth``: the depth head and its fit (a :class:`~src.divergence_radius.depth.DepthHeadConfig`,
     a mapping of its fields or None for its defaults; seeded by ``config.seed``); ``head_checkpoint``: instead, the
     trained head of a :class:`~src.models.DepthProbe` checkpoint (``python -m src.train experiment=depth_synthetic``)
     of the one backbone compared (:func:`~src.divergence_radius.depth.load_depth_checkpoint`; the training images are
@@ -362,6 +470,8 @@ def compare_backbones(
     :class:`~src.features.FeatureExtractor` (:func:`src.features.extractor_options`; None = its defaults). Every
     argument is checked before any backbone is built.
     """
+    if image_size == NATIVE:
+        return _compare_native(locals())
     extractor = extractor_options(extractor)
     plan = check_comparison(
         backbones, config, images=images, labels=labels, train_images=train_images, train_labels=train_labels,
@@ -370,14 +480,14 @@ def compare_backbones(
     )  # fmt: skip
     head_cfg = DepthHeadConfig.coerce(depth)
     cfg, say = plan.config, progress_sink(progress)
-    if len(plan.specs) > 1:
-        check_buildable(plan.specs)  # a missing weight file fails now, not after the first backbones ran
+    if len(plan.specs) > 1:  # a missing weight file or a fixed-size backbone fails now, not after the first ones ran
+        side = plan.digits["image_size"] if plan.digits is not None else int(images.shape[-1])
+        check_sizes_fit(plan.labels, check_buildable(plan.specs), side)
     if plan.digits is not None:
         split = scenes_split if plan.task == "depth" else digits_split
         train_images, train_labels, images, labels = split(**plan.digits, seed=cfg.seed)
-    names = list(DIGIT_NAMES) if class_names is None else list(class_names)
     results: dict[str, Any] = {}
-    for label, spec in zip(plan.labels, plan.specs):
+    for label, spec, kind in zip(plan.labels, plan.specs, plan.classifiers or ("linear",) * len(plan.specs)):
         t0 = time.perf_counter()
         with torch.random.fork_rng(devices=[]):  # random-weight backbones: the same weights in every run of a config
             torch.manual_seed(cfg.seed)
@@ -390,8 +500,13 @@ def compare_backbones(
                 backbone_name=label, device=str(device), extractor=extractor,
             )  # fmt: skip
         else:
-            if classifier == "zero_shot":
-                head = zero_shot_for(bb.name, names, pretrained=_pretrained(spec, bb), templates=list(templates))
+            if kind == "zero_shot":
+                with torch.random.fork_rng(
+                    devices=[]
+                ):  # a random-weight text tower (a control): seeded as the image one
+                    torch.manual_seed(cfg.seed)
+                    head = zero_shot_for(bb.name, list(plan.class_names or DIGIT_NAMES),
+                                         pretrained=_pretrained(spec, bb), templates=list(templates))  # fmt: skip
                 head = head.to(device)
             results[label] = robustness_report(
                 bb.embed, train_images, train_labels, images, labels, cfg, backbone_name=label, classifier=head,

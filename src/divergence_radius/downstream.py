@@ -13,6 +13,8 @@ Liu et al., "Robustness of Vision Foundation Models to Common Perturbations" (ar
 
 from __future__ import annotations
 
+import importlib
+import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -31,10 +33,59 @@ __all__ = [
     "quartile_means",
     "regression_mse",
     "DEFAULT_TEMPLATES",
+    "CLASS_NAME_LISTS",
+    "DIGIT_NAMES",
+    "prompt_class_names",
 ]
 
 F64 = torch.float64
 DEFAULT_TEMPLATES = ("a photo of a {c}.",)
+#: the class names of the digits, for zero-shot prompts
+DIGIT_NAMES = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
+#: the class-name lists a zero-shot head can be given by name (label i = name i): ``imagenet`` is OpenAI's 1000
+#: ImageNet names as open_clip ships them (``open_clip.zero_shot_metadata.IMAGENET_CLASSNAMES``), in the order of the
+#: WordNet ids sorted, i.e. of an ImageNet folder's class sub-folders (``n01440764`` ... ``n15075141``)
+CLASS_NAME_LISTS = {"imagenet": "open_clip.zero_shot_metadata:IMAGENET_CLASSNAMES"}
+#: a WordNet id (ImageNet's folder names): a prompt "a photo of a n01440764." carries no class meaning
+_WNID = re.compile(r"n\d{8}")
+
+
+def prompt_class_names(
+    names: Sequence[str] | str, *, from_folders: bool = False, key: str = "class_names"
+) -> list[str]:
+    """The class names of zero-shot prompts (label i = name i; CLIP's §3.1.4 prompts "a photo of a {c}."):
+
+    * a list of names, used as given;
+    * the name of a bundled list (:data:`CLASS_NAME_LISTS`: ``"imagenet"``);
+    * ``from_folders=True``: names read from a data set's class folders; an underscore reads as a space
+      (Food101's ``apple_pie`` → ``apple pie``, the names CLIP's own Food101 prompts use), the digits' ``"0"`` ..
+      ``"9"`` become ``"zero"`` .. ``"nine"`` (words a text tower reads).
+
+    A ValueError names the fix for an empty name, an unknown list name, and WordNet-id folder names (ImageNet's
+    layout: ``class_names=imagenet``), which would make every prompt meaningless without any error downstream."""
+    if isinstance(names, str):
+        if names not in CLASS_NAME_LISTS:
+            raise ValueError(
+                f"{key} must be a list of names (label i = name i) or one of {sorted(CLASS_NAME_LISTS)}, got the "
+                f"string {names!r}"
+            )
+        module, _, attr = CLASS_NAME_LISTS[names].partition(":")
+        return [str(n) for n in getattr(importlib.import_module(module), attr)]
+    out = [str(n) for n in names]
+    if not out or any(not n.strip() for n in out):
+        raise ValueError(f"{key} must be non-empty names, one per label, got {out}")
+    if from_folders:
+        wnids = [n for n in out if _WNID.fullmatch(n)]
+        if wnids:
+            raise ValueError(
+                f"the data's class folders are WordNet ids ({wnids[:3]} ...), which make meaningless prompts; set "
+                f"{key}=imagenet for ImageNet's folders (OpenAI's names in sorted-id order) or {key}=[...] (one name "
+                "per label)"
+            )
+        if out == [str(d) for d in range(10)]:
+            return list(DIGIT_NAMES)
+        out = [n.replace("_", " ") for n in out]
+    return out
 
 
 class LinearClassifier(nn.Module):

@@ -27,8 +27,7 @@ from torch import Tensor, nn
 from torchmetrics import MeanMetric
 
 from ..backbones import Backbone, check_images
-from ..divergence_radius.compare import DIGIT_NAMES
-from ..divergence_radius.downstream import ZeroShotClassifier, open_clip_zero_shot
+from ..divergence_radius.downstream import ZeroShotClassifier, open_clip_zero_shot, prompt_class_names
 from ..perturbations import perturb, sample_parameters
 from ..perturbations.registry import check_perturbation_names
 from ..utils.checkpoint import register_module
@@ -130,29 +129,22 @@ def zero_shot_head(spec: Any, class_names: Sequence[str], *, seed: int = 0) -> Z
         return open_clip_zero_shot(name.split(":", 1)[1], list(class_names), pretrained=weights, create_kwargs=opts)
 
 
-def zero_shot_class_names(explicit: Sequence[str] | None, datamodule: Any) -> list[str]:
-    """The class names of the zero-shot prompts (label i = name i): ``explicit`` if given, else the data module's
-    ``class_names`` (the digits' "0".."9" become "zero".."nine", words a text tower reads); a ValueError naming
-    the fix when there are none. ``explicit="imagenet"``: OpenAI's 1000 ImageNet class names as open_clip holds them
-    (``open_clip.zero_shot_metadata.IMAGENET_CLASSNAMES``, label i = the i-th WordNet-id folder in sorted order)."""
-    if isinstance(explicit, str):
-        if explicit != "imagenet":
-            raise ValueError(
-                f"model.zero_shot_class_names must be a list of names or 'imagenet', got the string {explicit!r}"
-            )
-        from open_clip.zero_shot_metadata import IMAGENET_CLASSNAMES
-
-        explicit = list(IMAGENET_CLASSNAMES)
-    names = explicit if explicit is not None else getattr(datamodule, "class_names", None)
+def zero_shot_class_names(explicit: Sequence[str] | str | None, datamodule: Any) -> list[str]:
+    """The class names of the zero-shot prompts (label i = name i): ``explicit`` if given (a list, or ``"imagenet"``:
+    OpenAI's 1000 ImageNet names, label i = the i-th WordNet-id folder in sorted order), else the data module's
+    ``class_names`` read as folder names (:func:`~src.divergence_radius.downstream.prompt_class_names`: the digits'
+    "0".."9" become "zero".."nine", ``_`` a space; WordNet-id folders are refused, naming ``imagenet``); a ValueError
+    naming the fix when there are none."""
+    key = "model.zero_shot_class_names"
+    if explicit is not None:
+        return prompt_class_names(explicit, key=key)
+    names = getattr(datamodule, "class_names", None)
     if names is None:
         raise ValueError(
             "zero-shot accuracy needs class names: the data module has no `class_names`; set "
-            "model.zero_shot_class_names=[...] (one per label, in label order) or model.zero_shot_eval=false"
+            f"{key}=[...] (one per label, in label order) or model.zero_shot_eval=false"
         )
-    names = [str(n) for n in names]
-    if not names or any(not n.strip() for n in names):
-        raise ValueError(f"model.zero_shot_class_names must be non-empty names, one per label, got {names}")
-    return list(DIGIT_NAMES) if names == [str(d) for d in range(10)] else names
+    return prompt_class_names(names, from_folders=True, key=key)
 
 
 @register_module

@@ -96,3 +96,42 @@ def test_runs_end_to_end_with_a_tiny_clip_logging_zero_shot_at_validation(tmp_pa
     assert objs["trainer"].state.finished
     assert {"val/zero_shot/acc_before", "val/zero_shot/acc_after"} <= set(metrics), sorted(metrics)
     assert {"test/zero_shot/acc_before", "test/zero_shot/acc_after"} <= set(metrics), sorted(metrics)
+    ckpt = sorted(tmp_path.rglob("last.ckpt"))
+    assert ckpt, "the preset keeps checkpoints/last.ckpt (Fig. 7's Food101 half evaluates it)"
+
+    # Fig. 7's Food101 half: the ImageNet-trained checkpoint evaluated zero-shot on another folder, whose names
+    # (underscores read as spaces) become the prompts: eval.zero_shot_class_names=data
+    from src import eval as eval_cli
+    from src.models import robust_finetune
+
+    food_train = _folder(tmp_path / "food_train", ["apple_pie", "beignets"], 3)  # the module checks test's classes
+    food = _folder(tmp_path / "food_test", ["apple_pie", "beignets"], 3)
+    used: list[list[str]] = []
+    real = robust_finetune.zero_shot_head
+
+    def spy(spec, names, **kw):
+        used.append(list(names))
+        return real(spec, names, **kw)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr("src.models.robust_finetune.zero_shot_head", spy)
+        ev = [*PRESET, f"ckpt_path={ckpt[-1]}", f"data.root={food_train}", f"data.test_root={food}",
+              "data.num_classes=2", "data.image_size=32", "data.batch_size=4", "data.num_workers=0",
+              "trainer.precision=32", "+trainer.limit_test_batches=1", "eval.zero_shot_class_names=data"]  # fmt: skip
+        out = eval_cli.evaluate(compose_cfg("eval.yaml", ev, tmp_path / "eval"))
+    assert {"test/zero_shot/acc_before", "test/zero_shot/acc_after"} <= set(out), sorted(out)
+    assert used and used[-1] == ["apple pie", "beignets"]  # the data's names, not the checkpoint's [cat, dog]
+
+
+def test_eval_zero_shot_class_names_override() -> None:
+    from src.eval import zero_shot_overrides
+
+    hp = {"zero_shot_class_names": "imagenet"}
+    assert zero_shot_overrides(hp, {"zero_shot_class_names": None}) == {}  # null: the checkpoint's
+    assert zero_shot_overrides(hp, {"zero_shot_class_names": "data"}) == {"zero_shot_class_names": None}
+    assert zero_shot_overrides(hp, {"zero_shot_class_names": ["a_b", "c"]}) == {"zero_shot_class_names": ["a_b", "c"]}
+    assert len(zero_shot_overrides({}, {})) == 0
+    with pytest.raises(ValueError, match=r"this checkpoint's model has none: leave eval.zero_shot_class_names=null"):
+        zero_shot_overrides({"num_classes": 10}, {"zero_shot_class_names": "data"})
+    with pytest.raises(ValueError, match=r"eval.zero_shot_class_names must be a list of names .* got the string"):
+        zero_shot_overrides(hp, {"zero_shot_class_names": "food101"})

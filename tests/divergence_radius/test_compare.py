@@ -101,7 +101,7 @@ def test_issue14_every_check_before_a_backbone_is_built(no_build) -> None:
         (dict(backbones=["a:x", "a:x"]), ValueError, r"more than once"),
         (dict(config={"m": 0}), ValueError, r"m must be a positive integer"),
         (dict(config={"k": 1}), ValueError, r"unknown DivergenceRadiusConfig option\(s\) \['k'\]"),
-        (dict(classifier="svm"), ValueError, r"classifier must be 'linear' .* or 'zero_shot'"),
+        (dict(classifier="svm"), ValueError, r"classifier must be 'linear' .* 'zero_shot' .* or 'auto'"),
         (dict(classifier="zero_shot"), ValueError, r"zero_shot' needs open_clip backbones .*\['timm:test_vit'\]"),
         (dict(backbones=["open_clip:ViT-B-32"], classifier="zero_shot", class_names=["zero", "one"]), ValueError,
          r"labels go up to 9 and class_names has 2 name\(s\); pass one name per class"),

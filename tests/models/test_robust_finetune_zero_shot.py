@@ -152,5 +152,8 @@ def test_imagenet_class_names_are_openais():
 
     names = zero_shot_class_names("imagenet", None)
     assert len(names) == 1000 and names[:2] == ["tench", "goldfish"] and names == list(IMAGENET_CLASSNAMES)
-    with pytest.raises(ValueError, match="a list of names or 'imagenet', got the string 'cifar'"):
+    with pytest.raises(
+        ValueError,
+        match=r"model.zero_shot_class_names must be a list of names .* one of \['imagenet'\], got the string 'cifar'",
+    ):
         zero_shot_class_names("cifar", None)
