@@ -48,6 +48,21 @@ ADVERTISEMENT_PREFIXES = ("💡 Tip:",)
 _LIGHTNING_LOGGERS = ("lightning.pytorch.utilities.rank_zero", "lightning.fabric.utilities.rank_zero")
 
 
+#: packages that log their model-building steps at INFO through the root logger (open_clip: "Parsing model identifier",
+#: "Loaded built-in ... config", ... six lines per model built); their warnings still show
+CHATTY_PACKAGES = ("open_clip",)
+
+
+class _DropChatter(logging.Filter):
+    """Drop the root logger's below-WARNING records emitted from a :data:`CHATTY_PACKAGES` module."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno >= logging.WARNING:
+            return True
+        path = record.pathname.replace("\\", "/")
+        return not any(f"/{pkg}/" in path for pkg in CHATTY_PACKAGES)
+
+
 class _DropAdvertisements(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         try:
@@ -64,23 +79,23 @@ class _QuietCli(contextlib.ContextDecorator):
     so a nested use restores its own)."""
 
     def __init__(self) -> None:
-        self._inside: list[tuple[Any, logging.Filter, list[logging.Logger]]] = []
+        self._inside: list[tuple[Any, list[tuple[logging.Logger, logging.Filter]]]] = []
 
     def __enter__(self) -> None:
-        drop = _DropAdvertisements()
-        loggers = [logging.getLogger(name) for name in _LIGHTNING_LOGGERS]
+        drop, chatter = _DropAdvertisements(), _DropChatter()
+        filters = [(logging.getLogger(name), drop) for name in _LIGHTNING_LOGGERS] + [(logging.getLogger(), chatter)]
         caught = warnings.catch_warnings()
         caught.__enter__()
         for message, category in HARMLESS_WARNINGS:
             warnings.filterwarnings("ignore", message=message, category=category)
-        for lg in loggers:
-            lg.addFilter(drop)
-        self._inside.append((caught, drop, loggers))
+        for lg, f in filters:
+            lg.addFilter(f)
+        self._inside.append((caught, filters))
 
     def __exit__(self, *exc: Any) -> None:
-        caught, drop, loggers = self._inside.pop()
-        for lg in loggers:
-            lg.removeFilter(drop)
+        caught, filters = self._inside.pop()
+        for lg, f in filters:
+            lg.removeFilter(f)
         caught.__exit__(*exc)
 
     def __getstate__(self) -> dict[str, Any]:
@@ -88,8 +103,8 @@ class _QuietCli(contextlib.ContextDecorator):
 
 
 def quiet_cli() -> _QuietCli:
-    """Inside: :data:`HARMLESS_WARNINGS` ignored and Lightning's advertisements dropped; on exit everything is as
-    before (``warnings.catch_warnings`` restores the filters; the log filter is removed). Usable as a decorator
+    """Inside: :data:`HARMLESS_WARNINGS` ignored, Lightning's advertisements and the INFO build steps of
+    :data:`CHATTY_PACKAGES` (open_clip) dropped; on exit everything is as before (``warnings.catch_warnings`` restores the filters; the log filter is removed). Usable as a decorator
     (``@quiet_cli()``; picklable, so a decorated ``main`` runs under Hydra's process launchers). Every other warning,
     and every other Lightning message, still shows."""
     return _QuietCli()

@@ -71,6 +71,40 @@ def test_quiet_cli_drops_lightning_advertisements_but_keeps_its_other_messages()
     assert lg.filters == []
 
 
+def test_quiet_cli_drops_open_clips_build_steps_but_keeps_its_warnings() -> None:
+    """open_clip logs six INFO lines per model built through the root logger: dropped inside, its warnings kept,
+    other modules' INFO kept, nothing left on the root logger after."""
+    root = logging.getLogger()
+    seen: list[str] = []
+    handler = logging.Handler(logging.INFO)
+    handler.emit = lambda record: seen.append(record.getMessage())  # type: ignore[method-assign]
+    root.addHandler(handler)
+    level = root.level
+    root.setLevel(logging.INFO)
+
+    def record(msg: str, lvl: int, path: str) -> None:
+        rec = root.makeRecord("root", lvl, path, 1, msg, (), None)
+        if root.filter(rec):
+            root.handle(rec)
+
+    clip = "/site-packages/open_clip/factory.py"
+    try:
+        with quiet_cli():
+            record("Parsing model identifier. Schema: None, Identifier: RN50", logging.INFO, clip)
+            record("No pretrained weights loaded for model 'RN50'.", logging.WARNING, clip)
+            record("our own line", logging.INFO, "/repo/src/x.py")
+        record("Parsing model identifier (outside)", logging.INFO, clip)
+    finally:
+        root.removeHandler(handler)
+        root.setLevel(level)
+    assert seen == [
+        "No pretrained weights loaded for model 'RN50'.",
+        "our own line",
+        "Parsing model identifier (outside)",
+    ]
+    assert root.filters == []
+
+
 def test_quiet_cli_works_as_a_decorator_and_restores_after_an_exception() -> None:
     before = list(warnings.filters)
 
