@@ -117,6 +117,10 @@ COMPOSED = {
     "python -m src.report report_preset=synbench_paper 'downstream.sets=[{option: cifar10, download: true}]'": OFFICIAL,
     "python -m src.report 'backbones=[{name:open_clip:ViT-B-16,pretrained:openai},{name:timm:vit_base_patch16_224}]' "
     "full=true downstream.sets=[cifar10] downstream.image_size=224 dr_image_size=224 tp_image_size=224": OFFICIAL,
+    "python -m src.report 'parts=[synbench,baselines,divergence_radius,task_prior,downstream,depth]'": REAL_WEIGHTS,
+    "python -m src.report 'parts=[depth]'": REAL_WEIGHTS,
+    "python -m src.report 'parts=[depth]' 'depth_data={option: nyu_depth_v2, path: /data/nyu_depth_v2}' "
+    "'depth_images={train: null, test: null}' depth_image_size=224 device=cuda": DATA,
     "python -m src.train -m hparams_search=pretraining_lr": SWEEP,
     "python -m src.train -m hparams_search=robust_finetune_pareto": SWEEP,
     "python -m src.train -m hparams_search=robust_probe_optuna": SWEEP,
@@ -149,7 +153,7 @@ COMPOSED = {
     "classifier=zero_shot": DOWNLOAD,
     "python -m src.divergence_radius data=imagefolder data.root=/data/food101/train data.test_root=/data/food101/test "
     "data.num_classes=101 image_size=224 'backbones=[{name: \"timm:vit_giant_patch14_dinov2.lvd142m\"}]'": DATA,
-    "python -m src.divergence_radius 'backbones=[{name: \"open_clip:RN50\", pretrained: null},{name: \"timm:test_vit\", "
+    'python -m src.divergence_radius \'backbones=[{name: "open_clip:RN50", pretrained: null},{name: "timm:test_vit", '
     "pretrained: false}]' classifier=auto image_size=native n_train=30 n_test=4 divergence_radius.m=1 "
     "'divergence_radius.perturbations=[brightness]'": NATIVE_SIZES,
     "python -m src.train experiment=robust_finetune 'callbacks=[default,downstream]' "

@@ -54,6 +54,7 @@ __all__ = [
     "figure_prefixes",
     "regression_order",
     "regression_rows",
+    "report_summary",
     "robustness_report",
     "scenes_split",
 ]
@@ -481,9 +482,10 @@ def zero_shot_for(backbone_name: str, class_names: Sequence[str], pretrained: st
     return open_clip_zero_shot(backbone_name.split(":", 1)[1], class_names, pretrained=pretrained, **kw)
 
 
-def _summary(rep: _DownstreamReport) -> dict[str, Any]:
-    """One backbone's cross-perturbation summary: the head, the clean score, means over perturbations, the
-    correlations of the robustness values with the degradation (Table 7)."""
+def report_summary(rep: _DownstreamReport) -> dict[str, Any]:
+    """One backbone's cross-perturbation summary: the head, the clean score, means over perturbations (of R_dr, R_cs
+    and ACC_p or RMSE_p, eq. 16), the correlations of the robustness values with the degradation (Table 7). The
+    summary row of :func:`comparison_markdown` and the value of the report's ``depth`` part."""
     rows, mt = rep.rows, rep.metric
     mean = lambda key: sum(r[key] for r in rows) / len(rows)  # noqa: E731
     return {
@@ -530,7 +532,7 @@ def comparison_markdown(results: Mapping[str, _DownstreamReport]) -> str:
         "|---|---|---|---|---|---|---|---|",
     ]
     for label, rep in results.items():
-        s = _summary(rep)
+        s = report_summary(rep)
         r_dr, r_cs = fmt(s[f"pearson_r_dr_vs_{mt.change}"], ".2f"), fmt(s[f"pearson_r_cs_vs_{mt.change}"], ".2f")
         lines.append(
             f"| {label} | {s[mt.head_key]} | {s[mt.clean_key]:{f}} | {s['mean_r_dr']:.4f} | {s['mean_r_cs']:.4f} "

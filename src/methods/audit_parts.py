@@ -6,6 +6,9 @@ runs on one backbone, the cache settings, the table columns, the cached-value ch
   samples: :func:`src.baselines.synthetic_task`) at separation ``baseline_s`` (the paper does not say which s its
   Table 7 uses; the report states the one it uses);
 * ``divergence_radius`` — mean R_dr and R_cs per perturbation (Liu et al., arXiv:2604.14973) on the bundled photos;
+* ``depth`` (opt-in) — the same paper's depth task (App. D–F): a depth head fitted on each backbone's frozen feature
+  map of synthetic scenes with exact depth (or ``depth_data``), its clean RMSE and RMSE_p (eq. 16) per perturbation
+  (:func:`src.divergence_radius.report.depth_report`, the core of ``python -m src.divergence_radius task=depth``);
 * ``task_prior`` — E, Var and z = E/√Var of the Task Prior (Patel & Balestriero, arXiv:2507.09871, Thm 2.3) on digits
   with the prior backbone of the Task-Prior options, and the mean probe accuracy over sampled tasks.
 
@@ -284,27 +287,147 @@ def divergence_radius_check(value: Mapping[str, Any]) -> None:
     need(all(is_number(value.get(k, "")) for k in ("r_dr_mean", "r_cs_mean")), "no 'r_dr_mean' / 'r_cs_mean'")
 
 
-def divergence_radius_figure(values: Mapping[str, Mapping[str, Any]]) -> Any:
-    """Mean R_dr per perturbation, one bar per backbone, on R_dr's fixed [0, 1] axis."""
+def grouped_bars(series: Mapping[str, Mapping[str, Any]], groups: Sequence[str]) -> tuple[Any, Any]:
+    """(Figure, Axes): one bar per backbone (``series``: {label: {group: value}}; None drawn as no bar) in each of
+    ``groups`` (perturbations), the groups' names on the x axis."""
     import numpy as np
     from matplotlib.figure import Figure
 
-    from ..divergence_radius.figures import bar_axis
-
-    labels = list(values)
-    names = list(values[labels[0]]["r_dr"])
+    labels = list(series)
     fig = Figure(figsize=(9, 3.2))
     ax = fig.add_subplot()
     w = 0.8 / len(labels)
-    x = np.arange(len(names))
+    x = np.arange(len(groups))
     for i, lab in enumerate(labels):
-        r = values[lab]["r_dr"]
-        ax.bar(x + i * w - 0.4 + w / 2, [r[n] for n in names], w, label=lab)
-    ax.set_xticks(x, [n.replace("_", "\n") for n in names], fontsize=7)
+        r = series[lab]
+        ax.bar(x + i * w - 0.4 + w / 2, [math.nan if r[n] is None else r[n] for n in groups], w, label=lab)
+    ax.set_xticks(x, [n.replace("_", "\n") for n in groups], fontsize=7)
+    return fig, ax
+
+
+def divergence_radius_figure(values: Mapping[str, Mapping[str, Any]]) -> Any:
+    """Mean R_dr per perturbation, one bar per backbone, on R_dr's fixed [0, 1] axis."""
+    from ..divergence_radius.figures import bar_axis
+
+    labels = list(values)
+    fig, ax = grouped_bars({lab: values[lab]["r_dr"] for lab in labels}, list(values[labels[0]]["r_dr"]))
     bar_axis(ax, "mean R_dr\n(lower = more robust)")  # R_dr's fixed [0, 1] range, as every R_dr figure
     ax.legend(fontsize=6, loc="upper right")
     ax.set_title("DivergenceRadius per perturbation")
     fig.tight_layout()  # the y label inside the canvas
+    return fig
+
+
+# ----------------------------------------------------------------------------------------------- depth (App. D-F)
+def depth_sets(cfg: Any, paths: Mapping[str, Any] | None = None) -> tuple[tuple[Tensor, Tensor], tuple[Tensor, Tensor]]:
+    """((train images, depth maps), (test images, depth maps)) of the depth part, drawn by the DivergenceRadius seed
+    (``cfg.divergence_radius.seed``, as ``compare_backbones(task="depth")`` draws them): without ``depth_data``
+    :func:`~src.divergence_radius.report.scenes_split` (synthetic scenes with exact depth) of ``depth_images``
+    train / test scenes at ``depth_image_size``; else that many seeded images of the configs/data option's train and
+    test splits (null = the whole split), built at ``depth_image_size`` (``paths``: the CLI's, for
+    ``${paths.data_dir}``). Reads the files: a missing one fails here, naming it (``python -m src.report`` calls this
+    before any work); a data option whose targets are not depth maps is refused, naming it."""
+    seed, counts = cfg.divergence_radius.seed, dict(cfg.depth_images)
+    if cfg.depth_data is None:
+        from ..divergence_radius.report import scenes_split
+
+        tx, ty, sx, sy = scenes_split(cfg.depth_image_size, counts["train"], counts["test"], seed)
+        return (tx, ty), (sx, sy)
+    from ..utils.data_tensors import load_data_config, split_tensors
+
+    dm = load_data_config(cfg.depth_data, seed, cfg.depth_image_size, paths=paths, key="depth_data")
+    sets = split_tensors(dm, ("train", "test"), counts, seed=seed, key="depth_data")
+    for split, (_, y) in sets.items():
+        if y.dim() != 4 or y.shape[1] != 1 or len(y) < 2:
+            raise ValueError(
+                f"depth_data={cfg.depth_data!r}: its {split} split holds {len(y)} image(s) with targets of shape "
+                f"{tuple(y.shape[1:])}, not depth maps (1, H, W) of at least 2 images; choose a depth data option "
+                "(nyu_depth_v2, synthetic_depth), or depth_data=null for the synthetic scenes"
+            )
+    return sets["train"], sets["test"]
+
+
+def depth_prepare(cfg: Any, device: Any, given: Any = None, extractor: Any = None) -> dict[str, Any]:
+    """The depth part's data: ``given`` ((train images, maps), (test images, maps), e.g. what ``python -m src.report``
+    read first from ``depth_data``), else :func:`depth_sets`; and their fingerprint (the cache key's data)."""
+    (tx, ty), (sx, sy) = given if given is not None else depth_sets(cfg)
+    return {"train": (tx, ty), "test": (sx, sy), "data_fp": tensor_fingerprint(tx, ty, sx, sy)}
+
+
+def depth_backbones(specs: Sequence[Any], cfg: Any) -> None:
+    """Refuse, before any work, backbones without a spatial feature map (the head reads it, App. D): the check of
+    ``compare_backbones(task="depth")`` (:func:`~src.divergence_radius.compare.check_comparison`), its error with
+    the report's fix."""
+    from ..divergence_radius.compare import check_comparison
+
+    try:
+        check_comparison(list(specs), cfg.divergence_radius, task="depth")
+    except ValueError as err:
+        raise ValueError(
+            f"the depth part (parts={list(cfg.parts)}) fits a depth head on each backbone's feature map: {err}. Fix: "
+            "drop depth from parts, or drop those backbones from backbones"
+        ) from None
+
+
+def depth_value(rep: Any) -> dict[str, Any]:
+    """The depth part's value of one :class:`~src.divergence_radius.report.DepthReport`: its summary
+    (:func:`~src.divergence_radius.report.report_summary`: head, ``clean_rmse``, ``mean_rmse_p`` (eq. 16, mean over
+    images and perturbations), ``mean_r_dr`` / ``mean_r_cs`` of the swept embeddings, the Pearson r of each with the
+    RMSE increase across perturbations) and per perturbation ``rmse_p``, ``r_dr`` and ``r_cs`` (means over images)."""
+    from ..divergence_radius.report import report_summary
+
+    def per(key: str) -> dict[str, float]:
+        return {r["perturbation"]: r[key] for r in rep.rows}
+
+    return {**report_summary(rep), "rmse_p": per("mean_rmse_p"), "r_dr": per("mean_r_dr"), "r_cs": per("mean_r_cs")}
+
+
+def depth_run(bb: Any, ctx: PartContext) -> dict[str, Any]:
+    """App. D–F on one backbone: :func:`~src.divergence_radius.report.depth_report` (a depth head with the
+    ``depth`` options fitted on the clean training maps, seeded by the sweep's seed; the sweep of the
+    DivergenceRadius options on the test images) → :func:`depth_value`."""
+    from ..divergence_radius.report import depth_report
+
+    (tx, ty), (sx, sy) = ctx.data["train"], ctx.data["test"]
+    rep = depth_report(bb, tx, ty, sx, sy, ctx.options, depth_head=ctx.audit.depth, backbone_name=ctx.label,
+                       device=str(ctx.device), extractor=ctx.extractor)  # fmt: skip
+    return depth_value(rep)
+
+
+def depth_settings(ctx: PartContext) -> dict[str, Any]:
+    """The cache key: the sweep (its seed seeds the head's fit too), the head's options and the data's bytes (which
+    hold ``depth_images``, ``depth_image_size``, ``depth_data`` and the seed of their draw)."""
+    return {"config": ctx.options.to_dict(), "depth": config_settings(ctx.audit.depth), "data": ctx.data["data_fp"]}
+
+
+def depth_columns(value: Mapping[str, Any]) -> dict[str, Any]:
+    """``depth_rmse`` (clean RMSE, App. E) and ``depth_rmse_p`` (mean RMSE_p over perturbations, eq. 16)."""
+    return {"depth_rmse": value["clean_rmse"], "depth_rmse_p": value["mean_rmse_p"]}
+
+
+def depth_check(value: Mapping[str, Any]) -> None:
+    need(all(isinstance(value.get(k), Mapping) for k in ("rmse_p", "r_dr", "r_cs")), "no 'rmse_p' / 'r_dr' / 'r_cs'")
+    need(
+        all(is_number(v) for k in ("rmse_p", "r_dr", "r_cs") for v in value[k].values()),
+        "a non-number per perturbation",
+    )
+    keys = ("clean_rmse", "mean_rmse_p", "mean_r_dr", "mean_r_cs")
+    need(all(is_number(value.get(k, "")) for k in keys), f"no {' / '.join(keys)}")
+
+
+def depth_figure(values: Mapping[str, Mapping[str, Any]]) -> Any:
+    """Mean RMSE_p (eq. 16) per perturbation, one bar per backbone, after a first group of clean RMSEs (App. E)."""
+    labels = list(values)
+    names = list(values[labels[0]]["rmse_p"])
+    series = {lab: {"clean": values[lab]["clean_rmse"], **values[lab]["rmse_p"]} for lab in labels}
+    fig, ax = grouped_bars(series, ["clean", *names])
+    top = max((v for r in series.values() for v in r.values() if v is not None and math.isfinite(v)), default=1.0)
+    ax.set_ylim(0.0, 1.35 * top)  # from 0 (an error in metres), with room above the bars for the legend
+    ax.set_ylabel("mean RMSE_p (m); clean: RMSE\n(lower = better)", fontsize=8)
+    ax.tick_params(axis="y", labelsize=7)
+    ax.legend(fontsize=6, loc="upper left", ncol=min(len(labels), 3))
+    ax.set_title("Depth head under perturbation (RMSE_p, eq. 16)")
+    fig.tight_layout()
     return fig
 
 

@@ -106,6 +106,13 @@ class AuditPart:
     figure: ``figure({label: value}) -> matplotlib Figure`` over every backbone (None = no figure); ``figure_name``
       and ``caption`` name and describe it.
     note: ``note(results) -> str``: a sentence under the report's time table (empty = none).
+    default: run by the default report (``AuditConfig.parts``); False = opt-in, named in ``parts`` (e.g. a part that
+      fits a head per backbone), still one of every part the report knows (:func:`src.report.audit.all_parts`).
+    prepare: ``prepare(audit_config, device, given, extractor=...) -> data``: the part's own data, run once before the
+      backbones instead of the method's ``audit_prepare`` (``given``: what the caller passed for this part, by its
+      name); None = the method's data.
+    backbones: ``backbones(specs, audit_config)`` raises a ValueError naming the backbones the part cannot run on and
+      the fix, before any work; None = every backbone.
     """
 
     name: str
@@ -119,6 +126,9 @@ class AuditPart:
     figure_name: str = ""
     caption: str = ""
     note: Any = None
+    default: bool = True
+    prepare: Any = None
+    backbones: Any = None
 
     def call(self, what: str, *args: Any) -> Any:
         """Resolve the function ``what`` (a field name) and call it."""

@@ -5,9 +5,9 @@ package holds its options, compare function, metric, callback and audit function
 
 Directions (the paper's reading of each score): SynBench-Score, higher is better (Ko et al., ICML 2024,
 arXiv:2210.02989; Table 7: "for LogME, SFDA, SynBench the bigger the better"); R_dr and R_cs, lower is more robust
-(Liu et al., arXiv:2604.14973); the Task Prior's E and z = E/√Var, higher means the prior's tasks align with the
-representation, Var has no direction (Patel & Balestriero, arXiv:2507.09871, Thm 2.3); mean probe accuracy over
-sampled tasks, higher is better. The baselines' directions are the rows of :data:`src.baselines.BASELINES`.
+(Liu et al., arXiv:2604.14973), and so are its depth task's clean RMSE and RMSE_p (App. E, eq. 16: a depth error);
+the Task Prior's E and z = E/√Var, higher means the prior's tasks align with the representation, Var has no direction
+(Patel & Balestriero, arXiv:2507.09871, Thm 2.3); mean probe accuracy over sampled tasks, higher is better. The baselines' directions are the rows of :data:`src.baselines.BASELINES`.
 """
 
 from __future__ import annotations
@@ -80,12 +80,37 @@ DIVERGENCE_RADIUS = MethodSpec(
         ),
         Score("r_dr_mean", False, column="r_dr_mean", doc="mean R_dr over perturbations"),
         Score("r_cs_mean", False, family="cosine_robustness", column="r_cs_mean", doc="mean R_cs over perturbations"),
+        Score(
+            "clean_rmse",
+            False,
+            family="depth",
+            column="depth_rmse",
+            metric=".metrics.depth:DepthRMSE",
+            doc="clean RMSE of a depth head on the frozen feature map (App. D-E; the depth part)",
+        ),
+        Score(
+            "mean_rmse_p",
+            False,
+            family="depth",
+            column="depth_rmse_p",
+            metric=".metrics.depth:DepthRMSE",
+            doc="RMSE_p (App. E, eq. 16) of that head, mean over images and perturbations",
+        ),
     ),
     audit_parts=(
         _part(
             "divergence_radius",
             figure_name="r_dr_by_perturbation.png",
             caption="DivergenceRadius: mean R_dr per perturbation (lower = more robust embeddings)",
+        ),
+        _part(  # opt-in: it fits a depth head per backbone (parts=[..., depth])
+            "depth",
+            figure_name="depth_rmse_p_by_perturbation.png",
+            caption="DivergenceRadius depth task (App. D-F): mean RMSE_p (eq. 16, metres) of a depth head fitted on "
+            "each backbone's frozen feature map, per perturbation, after the clean RMSE (lower = better)",
+            default=False,
+            prepare=_P + "depth_prepare",
+            backbones=_P + "depth_backbones",
         ),
     ),
     audit_prepare=_P + "divergence_radius_prepare",

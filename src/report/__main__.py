@@ -85,6 +85,10 @@ def audit_config(cfg: DictConfig) -> Any:
         tp_images=plain["tp_images"],
         tp_image_size=plain["tp_image_size"],
         tp_data=plain.get("tp_data"),
+        depth=_given(plain["depth"]),
+        depth_images=plain["depth_images"],
+        depth_image_size=plain["depth_image_size"],
+        depth_data=plain["depth_data"],
         downstream={k: down[k] for k in ("epsilons", "steps", "norm", "C")},
         budgets=tuple(plain["budgets"]["sizes"] or ()),
         budget_pair=plain["budgets"]["pair"],
@@ -161,7 +165,7 @@ def run(cfg: DictConfig) -> str:
     from ..features import extractor_options
     from ..utils.console import task_overrides
     from ..utils.run_dir import OUTPUT_DIR_FIX, check_writable_dir
-    from .audit import run_audit
+    from .audit import check_part_backbones, run_audit
     from .cache import ResultCache
     from .jobs import MissingEntries, check_stage, compute_command, computed_message, job_device, shard_indices
     from .render import write_audit
@@ -171,6 +175,7 @@ def run(cfg: DictConfig) -> str:
     extractor = extractor_options(OmegaConf.to_container(cfg.extractor, resolve=True))  # every backbone forward
     backbones = backbone_list(OmegaConf.to_container(cfg.backbones, resolve=True) if cfg.backbones else None)
     only = shard_indices(cfg.get("shard"), backbone_labels(backbones))  # None: every backbone
+    check_part_backbones(config, backbones)  # e.g. depth: a backbone without a feature map, before any data is read
     external = None
     if cfg.downstream.get("external"):  # ground truth measured elsewhere: read and matched before any work
         from .external import load_external
@@ -188,6 +193,11 @@ def run(cfg: DictConfig) -> str:
         tp_images = data_images(config.tp_data, config.tp_images, image_size=config.tp_image_size,
                                 seed=config.task_prior.seed, paths=OmegaConf.to_container(cfg.paths, resolve=True),
                                 key="tp_data", count_key="tp_images")  # fmt: skip
+    inputs: dict[str, Any] = {}
+    if "depth" in config.parts and config.depth_data is not None:  # read first: a missing file stops the run now
+        from ..methods.audit_parts import depth_sets
+
+        inputs["depth"] = depth_sets(config, paths=OmegaConf.to_container(cfg.paths, resolve=True))
     sets = None
     if "downstream" in config.parts:
         paths = OmegaConf.to_container(cfg.paths, resolve=True)
@@ -196,9 +206,9 @@ def run(cfg: DictConfig) -> str:
         )
     try:
         with job_device(str(cfg.device), only) as device:  # a shard on a machine of several GPUs: one of its own
-            results = run_audit(backbones, config, downstream=sets, tp_images=tp_images, cache_dir=cfg.cache_dir,
-                                device=device, progress=bool(cfg.progress), extractor=extractor, only=only,
-                                compute=stage != "page")  # fmt: skip
+            results = run_audit(backbones, config, downstream=sets, tp_images=tp_images, inputs=inputs,
+                                cache_dir=cfg.cache_dir, device=device, progress=bool(cfg.progress),
+                                extractor=extractor, only=only, compute=stage != "page")  # fmt: skip
     except MissingEntries as err:
         fix = f"compute them with: {compute_command(err.indices, task_overrides())} — then run this command again"
         raise MissingEntries(err.missing, err.cache_dir, fix) from None

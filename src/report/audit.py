@@ -3,9 +3,9 @@ for several backbones — one loop over backbones × parts, each part cached on 
 
 The parts are the audit parts of the methods of :data:`src.methods.METHODS` (each :class:`~src.methods.AuditPart`
 says how to run, cache, tabulate, check and draw itself: ``synbench``, ``baselines``, ``divergence_radius``,
-``task_prior`` — :mod:`src.methods.audit_parts`), and ``downstream``, the report's own: clean and PGD-robust
-accuracy of a linear probe on each labelled downstream set (:mod:`src.report.downstream`), what every other column is
-judged against. A method registered in METHODS is a part here without any change to this file.
+``task_prior``, and the opt-in ``depth`` — :mod:`src.methods.audit_parts`), and ``downstream``, the report's own:
+clean and PGD-robust accuracy of a linear probe on each labelled downstream set (:mod:`src.report.downstream`), what
+every other column is judged against. A method registered in METHODS is a part here without any change to this file.
 
 ``budgets`` and ``seeds`` repeat the synthetic parts (``synbench`` and ``baselines``) at other numbers of synthetic
 training samples (the paper's Fig. 5 / Table 8 consistency check) and sampling seeds.
@@ -27,6 +27,7 @@ from torch import Tensor
 from ..backbones import Backbone
 from ..backbones.spec import BackboneLike, backbone_labels, backbone_list, build_backbone, check_buildable
 from ..divergence_radius.config import DivergenceRadiusConfig
+from ..divergence_radius.depth import DepthHeadConfig
 from ..images.probe_images import BUNDLED_DIGITS
 from ..methods import METHODS, AuditPart, MethodSpec, PartContext, resolve
 from ..methods.audit_parts import (
@@ -44,6 +45,8 @@ from .cache import ResultCache
 
 __all__ = [
     "AuditConfig",
+    "DEPTH_IMAGES",
+    "DEPTH_SETTINGS",
     "PARTS",
     "DOWNSTREAM_DEFAULTS",
     "REDUCED_SYNBENCH",
@@ -65,8 +68,20 @@ def all_parts() -> tuple[str, ...]:
     return (*(p.name for m in METHODS.values() for p in m.audit_parts), DOWNSTREAM)
 
 
-#: the parts of the three built-in methods and downstream (the default of :class:`AuditConfig`)
-PARTS = all_parts()
+def default_parts() -> tuple[str, ...]:
+    """The parts the default report runs: the audit parts of :data:`~src.methods.METHODS` whose ``default`` is True
+    (not the opt-in ones, e.g. ``depth``: a head fitted per backbone), then ``downstream``."""
+    return (*(p.name for m in METHODS.values() for p in m.audit_parts if p.default), DOWNSTREAM)
+
+
+#: the default parts of the three built-in methods and downstream (the default of :class:`AuditConfig`); every part
+#: the audit can run, the opt-in ones included: :func:`all_parts`
+PARTS = default_parts()
+#: the depth part's default scenes: a head is fitted on ``train`` and ``test`` are swept (a 5-backbone report's depth
+#: part in tens of seconds on 2 CPU cores, docs/report.md)
+DEPTH_IMAGES: dict[str, int] = {"train": 64, "test": 32}
+#: the AuditConfig fields of the depth part (report.json holds them only when it runs)
+DEPTH_SETTINGS = ("depth", "depth_images", "depth_image_size", "depth_data")
 #: the report's reduced SynBench budget (a few seconds per backbone at 32 px on 2 CPU cores); full=true in the CLI
 #: uses SynBenchConfig() (the official protocol) instead — the "report" row of src.synbench.config.SYNBENCH_BUDGETS
 REDUCED_SYNBENCH: dict[str, Any] = synbench_budget("report")
@@ -86,7 +101,12 @@ class AuditConfig:
     divergence_radius: the sweep; dr_images / dr_image_size: bundled photos swept. task_prior: the probe study;
     tp_images / tp_image_size: the digits it runs on; tp_data: None, or a configs/data option (a name or
     ``{option: ..., **overrides}``, :func:`src.utils.data_tensors.data_images`) whose train split the tp_images images
-    are drawn from (by the Task-Prior seed, at tp_image_size). downstream: probe options (epsilons, steps, norm, C).
+    are drawn from (by the Task-Prior seed, at tp_image_size). depth: the depth part's head and its fit
+    (:class:`~src.divergence_radius.depth.DepthHeadConfig`, a mapping of its fields, or None = its defaults);
+    depth_images: {train: scenes the head is fitted on, test: scenes swept}; depth_image_size: their side; depth_data:
+    None (synthetic scenes with exact depth) or a configs/data option with depth maps (e.g. ``nyu_depth_v2``) whose
+    train / test splits the depth_images are drawn from (null counts = the whole split), all by the DivergenceRadius
+    seed. downstream: probe options (epsilons, steps, norm, C).
     methods: {name: options} of methods registered in :data:`~src.methods.METHODS` beyond the three with a field
     here (an options object, a mapping of its fields, or None = its defaults).
     budgets: numbers of synthetic training samples for the consistency check (empty = none); budget_pair: the two
@@ -111,6 +131,10 @@ class AuditConfig:
     tp_images: int = 600
     tp_image_size: int = 32
     tp_data: Any = None
+    depth: DepthHeadConfig = field(default_factory=DepthHeadConfig)
+    depth_images: Mapping[str, int | None] = field(default_factory=lambda: dict(DEPTH_IMAGES))
+    depth_image_size: int = 64
+    depth_data: Any = None
     downstream: Mapping[str, Any] = field(default_factory=lambda: dict(DOWNSTREAM_DEFAULTS))
     budgets: tuple[int, ...] = ()
     budget_pair: tuple[str, str] | None = None
@@ -147,15 +171,31 @@ class AuditConfig:
             raise ValueError(f"baseline_s must be a finite number >= 0, got {self.baseline_s!r}")
         object.__setattr__(self, "baseline_eps", check_baseline_eps(self.baseline_eps))
         object.__setattr__(self, "baseline_probe", check_baseline_probe(self.baseline_convention, self.baseline_probe))
-        for key, value, low in (("dr_images", self.dr_images, 2), ("dr_image_size", self.dr_image_size, 16),
-                                ("tp_images", self.tp_images, 2), ("tp_image_size", self.tp_image_size, 8)):  # fmt: skip
+        try:
+            object.__setattr__(self, "depth", DepthHeadConfig.coerce(self.depth))
+        except (TypeError, ValueError) as err:
+            raise type(err)(f"depth (the depth part's head, DepthHeadConfig): {err}") from None
+        depth_images = dict(self.depth_images) if isinstance(self.depth_images, Mapping) else {}
+        if set(depth_images) != {"train", "test"}:
+            raise ValueError(f"depth_images must be {{train: <scenes the head is fitted on>, test: <scenes swept>}}, "
+                             f"got {self.depth_images!r}")  # fmt: skip
+        object.__setattr__(self, "depth_images", depth_images)
+        sizes = [("dr_images", self.dr_images, 2), ("dr_image_size", self.dr_image_size, 16),
+                 ("tp_images", self.tp_images, 2), ("tp_image_size", self.tp_image_size, 8),
+                 ("depth_image_size", self.depth_image_size, 16)]  # fmt: skip
+        # depth_images: null = the whole split, of depth_data only (the scenes are made, not drawn)
+        sizes += [
+            (f"depth_images.{k}", v, 2) for k, v in depth_images.items() if v is not None or self.depth_data is None
+        ]
+        for key, value, low in sizes:
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise ValueError(f"{key} must be an integer >= {low}, got {value!r}")
-        if not (self.tp_data is None or isinstance(self.tp_data, (str, Mapping))):
-            raise ValueError(
-                f"tp_data must be null or a configs/data option (a name, or {{option: imagefolder, root: ..., "
-                f"num_classes: ...}}), got {self.tp_data!r}"
-            )
+        for key, data in (("tp_data", self.tp_data), ("depth_data", self.depth_data)):
+            if not (data is None or isinstance(data, (str, Mapping))):
+                raise ValueError(
+                    f"{key} must be null or a configs/data option (a name, or {{option: imagefolder, root: ..., "
+                    f"num_classes: ...}}), got {data!r}"
+                )
         if self.tp_data is None and self.tp_images > BUNDLED_DIGITS:
             raise ValueError(
                 f"tp_images must be an integer in [2, {BUNDLED_DIGITS}] (the Task-Prior part runs on the first "
@@ -279,9 +319,10 @@ def run_audit(
 
     ``downstream``: {set name: ((train images, labels), (test images, labels))}, images (N, 3, H, W) in [0, 1];
     None = the bundled digits at 64 px (stratified split of the training CLI's digits module). ``inputs``: {method
-    name: what its ``audit_prepare`` takes instead of its default data}; ``dr_images`` (the images DivergenceRadius
-    sweeps; None = the bundled photos) and ``tp_images`` (the Task-Prior images; None = digits) are its entries for
-    those two methods. ``extractor``: FeatureExtractor options of every backbone forward
+    name: what its ``audit_prepare`` takes instead of its default data, or part name: what that part's own
+    ``prepare`` takes, e.g. ``{"depth": ((train x, maps), (test x, maps))}``}; ``dr_images`` (the images
+    DivergenceRadius sweeps; None = the bundled photos) and ``tp_images`` (the Task-Prior images; None = digits) are
+    its entries for those two methods. ``extractor``: FeatureExtractor options of every backbone forward
     (:func:`src.features.extractor_options`; None = its defaults); options other than the defaults enter every part's
     cache key.
 
@@ -300,6 +341,7 @@ def run_audit(
     labels = backbone_labels(specs)
     say = progress_sink(progress)
     parts = cfg.parts
+    check_part_backbones(cfg, specs)  # e.g. depth: backbones without a feature map, refused before any work
     given = {"divergence_radius": dr_images, "task_prior": tp_images, **dict(inputs or {})}
     cache = ResultCache(cache_dir)
     cache.check(parts)  # a cache_dir (or a part folder in it) that is a regular file: refused before any work
@@ -329,8 +371,12 @@ def run_audit(
         wanted = [p for p in spec.audit_parts if p.name in parts]
         if not wanted:
             continue
-        prepare = resolve(spec.audit_prepare) if spec.audit_prepare else None
+        # the method's data for its parts without a prepare of their own (those prepare theirs: given by part name)
+        shared = any(p.prepare is None for p in wanted)
+        prepare = resolve(spec.audit_prepare) if spec.audit_prepare and shared else None
         data = prepare(cfg, device, given.get(spec.name), extractor=forward) if prepare else {}
+        own = {p.name: resolve(p.prepare)(cfg, device, given.get(p.name), extractor=forward)
+               for p in wanted if p.prepare is not None}  # fmt: skip
         options = cfg.options(spec.name)
         # synthetic parts: the main run, then each extra seed, then each budget ("synbench#1", "baselines@8192")
         variants = [("", options)]
@@ -340,7 +386,8 @@ def run_audit(
         for suffix, opts in variants:
             for part in wanted:
                 if part.synthetic or not suffix:
-                    add(part, part.name + suffix, PartContext(opts, cfg, device, data, extractor=forward))
+                    ctx = PartContext(opts, cfg, device, own.get(part.name, data), extractor=forward)
+                    add(part, part.name + suffix, ctx)
     if DOWNSTREAM in parts:
         sets_fp = {k: tensor_fingerprint(*tr, *te) for k, (tr, te) in (downstream or {}).items()}
         jobs.append((DOWNSTREAM, lambda bb, lab: part_downstream(bb, downstream, cfg.downstream, device, forward),
@@ -389,9 +436,21 @@ def run_audit(
     return AuditResults(cfg, ran, values, seconds, cached, list(downstream or {}), cache.hits, cache.misses, controls)
 
 
+def check_part_backbones(cfg: AuditConfig, backbones: Sequence[BackboneLike]) -> None:
+    """Refuse, before any work, backbones a part of ``cfg`` cannot run on: each part's ``backbones`` check
+    (:class:`~src.methods.AuditPart`; e.g. ``depth``: backbones without a spatial feature map), naming them and the
+    fix. Every backbone of the report is checked (a shard's job refuses what the other jobs would)."""
+    specs = backbone_list(backbones)
+    for name in cfg.parts:
+        found = audit_part(name)
+        if found is not None and found[1].backbones is not None:
+            found[1].call("backbones", specs, cfg)
+
+
 #: the report setting that sets each part's image size (the fix an error names)
 SIZE_SETTINGS = {"synbench": "input_size", "baselines": "input_size", "divergence_radius": "dr_image_size",
-                 "task_prior": "tp_image_size", DOWNSTREAM: "downstream.image_size"}  # fmt: skip
+                 "task_prior": "tp_image_size", "depth": "depth_image_size",
+                 DOWNSTREAM: "downstream.image_size"}  # fmt: skip
 
 
 def part_image_sizes(
@@ -409,6 +468,9 @@ def part_image_sizes(
                 sizes[part] = int(images.shape[-1])
             else:
                 sizes[part] = cfg.dr_image_size if part == "divergence_radius" else cfg.tp_image_size
+        elif part == "depth":  # given: ((train images, maps), (test images, maps))
+            sets = given.get(part)
+            sizes[part] = int(sets[1][0].shape[-1]) if sets is not None else cfg.depth_image_size
         elif part == DOWNSTREAM and downstream:
             sizes[part] = int(next(iter(downstream.values()))[0][0].shape[-1])
     return sizes

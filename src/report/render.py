@@ -16,7 +16,7 @@ from ..methods.audit_parts import config_settings
 from ..stats.rank_agreement import Agreement, agreement
 from ..utils.atomic_write import atomic_write_bytes
 from ..utils.report_writer import Report
-from .audit import AuditResults
+from .audit import DEPTH_SETTINGS, AuditResults
 from .html import figure_html, format_value, markdown_table, page, page_table_html, table_html
 
 __all__ = ["direction", "score_rows", "agreements", "budget_choices", "audit_report", "write_audit"]
@@ -448,6 +448,9 @@ def _jsonable_config(cfg: Any) -> Any:
     out = config_settings(cfg)
     if not out.get("methods"):  # no method beyond the built-in three: report.json as before the field existed
         out.pop("methods", None)
+    if "depth" not in cfg.parts:  # the opt-in part's settings: only when it runs (a report without it as before)
+        for key in DEPTH_SETTINGS:
+            out.pop(key, None)
     return out
 
 
