@@ -78,9 +78,9 @@ def zero_shot_overrides(hparams: Mapping[str, Any], ev: Mapping[str, Any]) -> di
         )
     if value == DATA_NAMES:
         return {"zero_shot_class_names": None}  # the model reads the data module's class_names
-    from .divergence_radius.downstream import prompt_class_names
+    from .models.robust_finetune import zero_shot_class_names
 
-    return {"zero_shot_class_names": prompt_class_names(value, key="eval.zero_shot_class_names")}
+    return {"zero_shot_class_names": zero_shot_class_names(value, None, key="eval.zero_shot_class_names")}
 
 
 def evaluate(cfg: DictConfig) -> dict[str, float]:

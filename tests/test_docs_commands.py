@@ -146,13 +146,13 @@ COMPOSED = {
         "tests/divergence_radius/test_depth_cli.py run a checkpoint's head"
     ),
     "python -m src.divergence_radius task=depth data=nyu_depth_v2 data.path=/data/nyu_depth_v2 image_size=224 "
-    "n_train=null n_test=null 'backbones=[{name: \"timm:vit_giant_patch14_dinov2.lvd142m\"}]'": DATA,
+    "n_train=null n_test=null 'backbones=[{name: \"timm:vit_giant_patch14_dinov2.lvd142m\", img_size: 224}]'": DATA,
     "python -m src.divergence_radius 'backbones=[embedded:efficientnet_lite0,embedded:efficientnet_lite1]' "
     "divergence_radius.m=10": REAL_WEIGHTS,
     "python -m src.divergence_radius 'backbones=[{name: \"open_clip:ViT-B-32\", pretrained: laion2b_s34b_b79k}]' "
     "classifier=zero_shot": DOWNLOAD,
     "python -m src.divergence_radius data=imagefolder data.root=/data/food101/train data.test_root=/data/food101/test "
-    "data.num_classes=101 image_size=224 'backbones=[{name: \"timm:vit_giant_patch14_dinov2.lvd142m\"}]'": DATA,
+    "data.num_classes=101 image_size=224 'backbones=[{name: \"timm:vit_giant_patch14_dinov2.lvd142m\", img_size: 224}]'": DATA,
     'python -m src.divergence_radius \'backbones=[{name: "open_clip:RN50", pretrained: null},{name: "timm:test_vit", '
     "pretrained: false}]' classifier=auto image_size=native n_train=30 n_test=4 divergence_radius.m=1 "
     "'divergence_radius.perturbations=[brightness]'": NATIVE_SIZES,

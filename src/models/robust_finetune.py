@@ -129,13 +129,14 @@ def zero_shot_head(spec: Any, class_names: Sequence[str], *, seed: int = 0) -> Z
         return open_clip_zero_shot(name.split(":", 1)[1], list(class_names), pretrained=weights, create_kwargs=opts)
 
 
-def zero_shot_class_names(explicit: Sequence[str] | str | None, datamodule: Any) -> list[str]:
+def zero_shot_class_names(
+    explicit: Sequence[str] | str | None, datamodule: Any, key: str = "model.zero_shot_class_names"
+) -> list[str]:
     """The class names of the zero-shot prompts (label i = name i): ``explicit`` if given (a list, or ``"imagenet"``:
     OpenAI's 1000 ImageNet names, label i = the i-th WordNet-id folder in sorted order), else the data module's
     ``class_names`` read as folder names (:func:`~src.divergence_radius.downstream.prompt_class_names`: the digits'
     "0".."9" become "zero".."nine", ``_`` a space; WordNet-id folders are refused, naming ``imagenet``); a ValueError
-    naming the fix when there are none."""
-    key = "model.zero_shot_class_names"
+    naming the fix when there are none (``key``: the setting named in errors)."""
     if explicit is not None:
         return prompt_class_names(explicit, key=key)
     names = getattr(datamodule, "class_names", None)
