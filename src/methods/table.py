@@ -7,7 +7,8 @@ Directions (the paper's reading of each score): SynBench-Score, higher is better
 arXiv:2210.02989; Table 7: "for LogME, SFDA, SynBench the bigger the better"); R_dr and R_cs, lower is more robust
 (Liu et al., arXiv:2604.14973), and so are its depth task's clean RMSE and RMSE_p (App. E, eq. 16: a depth error);
 the Task Prior's E and z = E/√Var, higher means the prior's tasks align with the representation, Var has no direction
-(Patel & Balestriero, arXiv:2507.09871, Thm 2.3); mean probe accuracy over sampled tasks, higher is better. The baselines' directions are the rows of :data:`src.baselines.BASELINES`.
+(Patel & Balestriero, arXiv:2507.09871, Thm 2.3); mean probe accuracy over sampled tasks, higher is better. The
+baselines' directions are the rows of :data:`src.baselines.BASELINES`.
 """
 
 from __future__ import annotations
