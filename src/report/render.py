@@ -327,13 +327,14 @@ def _figures(results: AuditResults, rows: Sequence[Mapping[str, Any]], agree: Se
         if part.figure is not None and all(part.name in results.values[lab] for lab in labels):
             figs[part.figure_name] = part.call("figure", {lab: results.values[lab][part.name] for lab in labels})
     targets = target_columns(rows)
-    scores = [c for c in score_columns(rows) if any(a.score == c for a in agree)]
+    defined = [a for a in agree if a.kendall is not None and math.isfinite(a.kendall)]  # n < 3 or constant: none
+    scores = [c for c in score_columns(rows) if any(a.score == c for a in defined)]
     if scores and targets:
         fig = Figure(figsize=(6.5, 0.38 * len(scores) + 1.4))
         ax = fig.add_subplot()
         step = 0.7 / len(targets)
         for t, target in enumerate(targets):  # one marker per downstream column, offset vertically
-            found = {a.score: a for a in agree if a.target == target}
+            found = {a.score: a for a in defined if a.target == target}
             ys = [i - 0.35 + step * (t + 0.5) for i, c in enumerate(scores) if c in found]
             pts = [found[c] for c in scores if c in found]
             tau = np.array([a.kendall for a in pts])
@@ -344,7 +345,7 @@ def _figures(results: AuditResults, rows: Sequence[Mapping[str, Any]], agree: Se
         ax.set_yticks(range(len(scores)), scores, fontsize=7)
         ax.set_xlim(-1.05, 1.05)
         ax.set_xlabel("Kendall τ_b across backbones (bootstrap interval over backbones)")
-        ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=2, frameon=False)
+        ax.legend(fontsize=7, loc="best")  # inside the axes: below them it covered the x label
         ax.set_title("Rank agreement with the downstream accuracies")
         figs["agreement.png"] = fig
     return figs
@@ -368,13 +369,19 @@ def audit_report(results: AuditResults, n_boot: int = 2000, level: float = 0.9) 
     dirs = {c: direction(c) for c in main_cols}
     agree_rows = [a.to_dict() for a in agree]
     cfg = results.config
+    synthetic = [
+        *([f"SynBench at {cfg.input_size or 'native'} px, {len(cfg.synbench.s_values)} s values x "
+           f"({cfg.synbench.n_train} + {cfg.synbench.n_test}) samples"] if "synbench" in cfg.parts else []),
+        *([f"baselines on {'the same' if 'synbench' in cfg.parts else 'a SynBench'} proxy task at s = "
+           f"{cfg.baseline_s:g}" + (f" ({cfg.baseline_convention} convention: the SynBench paper's code)"
+                                     if cfg.baseline_probe else "")] if "baselines" in cfg.parts else []),
+    ]  # fmt: skip
+    if synthetic and cfg.seeds:
+        synthetic.append(f"synthetic scores are means over {1 + len(cfg.seeds)} seeds")
     intro = (
-        f"{len(results.labels)} backbones; parts {', '.join(cfg.parts)}. SynBench at {cfg.input_size or 'native'} px, "
-        f"{len(cfg.synbench.s_values)} s values x ({cfg.synbench.n_train} + {cfg.synbench.n_test}) samples; baselines on "
-        f"the same proxy task at s = {cfg.baseline_s:g}"
-        + (f"; synthetic scores are means over {1 + len(cfg.seeds)} seeds" if cfg.seeds else "")
-        + (f" ({cfg.baseline_convention} convention: the SynBench paper's code)" if cfg.baseline_probe else "")
-        + ". Rows best-first by the first ground-truth column (leftmost: downstream.external's, else the first "
+        f"{len(results.labels)} backbones; parts {', '.join(cfg.parts)}."
+        + (f" {'; '.join(synthetic)}." if synthetic else "")
+        + " Rows best-first by the first ground-truth column (leftmost: downstream.external's, else the first "
         "downstream accuracy). Best value per column in "
         "bold among the pretrained backbones (direction of each score as its paper reads it; none for alpha_req, "
         "tp_var, synbench_best_eps). Agreement intervals are "

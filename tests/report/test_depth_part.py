@@ -161,3 +161,7 @@ def test_the_cli_runs_parts_depth(tmp_path) -> None:
     assert data["config"]["depth_images"] == SCENES and data["config"]["depth"]["n_bins"] == 8
     assert (tmp_path / "out" / "depth_rmse_p_by_perturbation.png").stat().st_size > 1000
     assert "DivergenceRadius depth task (App. D-F)" in (tmp_path / "out" / "report.html").read_text()
+    # the intro describes the parts that ran: no SynBench / baselines budget for a depth-only report; one backbone
+    # defines no rank agreement, so no (empty) agreement figure is drawn
+    assert "parts depth." in md and "SynBench at" not in md and "proxy task" not in md
+    assert not (tmp_path / "out" / "agreement.png").exists()
