@@ -50,7 +50,7 @@ from ..utils.progress import progress_sink
 from ..utils.report_writer import Report
 from .config import DivergenceRadiusConfig
 from .depth import DepthHeadConfig, load_depth_checkpoint
-from .downstream import DEFAULT_TEMPLATES, DIGIT_NAMES, prompt_class_names
+from .downstream import DEFAULT_TEMPLATES, DIGIT_NAMES, prompt_class_names, zero_shot_head
 from .report import (
     TASK_METRICS,
     check_split_sizes,
@@ -59,7 +59,6 @@ from .report import (
     divergence_radius_report,
     robustness_report,
     scenes_split,
-    zero_shot_for,
 )
 
 __all__ = [
@@ -392,13 +391,6 @@ def _check_labelled(x: Tensor, y: Tensor | None, name: str, label_name: str, *, 
         raise ValueError(f"{label_name} must be class indices >= 0, got {int(y.min())}")
 
 
-def _pretrained(spec: Any, backbone: Any) -> str | None:
-    """The open_clip ``pretrained`` tag or file of a backbone spec (its text tower must load the same weights)."""
-    opts = spec if isinstance(spec, Mapping) else getattr(backbone, "spec", None)
-    value = opts.get("pretrained") if isinstance(opts, Mapping) else None
-    return value if isinstance(value, str) else None
-
-
 def _compare_native(kwargs: dict[str, Any]) -> Report:
     """compare_backbones(image_size="native") on the default data: each group of backbones of one native side
     (:func:`native_groups`) compared at that side, every group's settings checked first, the reports merged."""
@@ -501,12 +493,9 @@ def compare_backbones(
             )  # fmt: skip
         else:
             if kind == "zero_shot":
-                with torch.random.fork_rng(
-                    devices=[]
-                ):  # a random-weight text tower (a control): seeded as the image one
-                    torch.manual_seed(cfg.seed)
-                    head = zero_shot_for(bb.name, list(plan.class_names or DIGIT_NAMES),
-                                         pretrained=_pretrained(spec, bb), templates=list(templates))  # fmt: skip
+                # the text tower of the spec's weights and options; a random-weight one (a control) seeded as the image's
+                head = zero_shot_head(spec, list(plan.class_names or DIGIT_NAMES), templates=list(templates),
+                                      seed=cfg.seed, fix="use classifier='linear' (or 'auto') for it")  # fmt: skip
                 head = head.to(device)
             results[label] = robustness_report(
                 bb.embed, train_images, train_labels, images, labels, cfg, backbone_name=label, classifier=head,

@@ -29,6 +29,7 @@ __all__ = [
     "ZeroShotClassifier",
     "zero_shot_weights",
     "open_clip_zero_shot",
+    "zero_shot_head",
     "fit_line",
     "quartile_means",
     "regression_mse",
@@ -259,3 +260,50 @@ def quartile_means(x: Tensor, y: Tensor, groups: int = 4) -> tuple[Tensor, Tenso
     order = torch.sort(x, stable=True).indices
     parts = torch.tensor_split(order, groups)  # sizes ⌈n/g⌉ first, as numpy.array_split
     return torch.stack([x[p].mean() for p in parts]), torch.stack([y[p].mean() for p in parts])
+
+
+#: create_open_clip's weight options (the text tower loads the same); ``projection`` is the image tower's own option
+_SPEC_WEIGHTS = ("pretrained", "checkpoint_path")
+
+
+def zero_shot_head(
+    spec: Any,
+    class_names: Sequence[str],
+    *,
+    templates: Sequence[str] = DEFAULT_TEMPLATES,
+    seed: int = 0,
+    fix: str = "use a linear probe for it",
+) -> ZeroShotClassifier:
+    """The CLIP zero-shot head (§5.1) of an ``open_clip:<arch>`` backbone spec (a name or ``{name: ..., **options}``,
+    as :func:`~src.backbones.spec.build_backbone` takes it, or a built Backbone carrying its ``spec``): the text tower of
+    the same weights (``checkpoint_path`` or ``pretrained`` tag / file) and create options embeds ``templates`` for each
+    class name (:func:`open_clip_zero_shot`). A random-weight spec (no weights) gets a random text tower drawn from
+    ``seed`` (a control, not a CLIP number). A ValueError, ending with ``fix``, for a non-open_clip spec, a
+    pre-projection embedding (``projection: false``: not the joint space) or a Backbone without the spec it was built
+    from (its text tower's weights would be unknown)."""
+    if hasattr(spec, "embed") and not isinstance(spec, (str, Mapping)):  # a built Backbone: the spec that built it
+        built = getattr(spec, "spec", None)
+        if built is None:
+            raise ValueError(
+                f"a zero-shot head loads the text tower of the backbone's weights, but the Backbone {spec.name!r} "
+                f"carries no spec; pass it as {{name: ..., pretrained: ...}} (or build it with build_backbone), or {fix}"
+            )
+        spec = built
+    opts = {"name": spec} if isinstance(spec, str) else dict(spec)
+    name = str(opts.pop("name", ""))
+    if not name.startswith("open_clip:"):
+        raise ValueError(
+            f"zero-shot accuracy needs an open_clip backbone (its text tower), got backbone {name!r}; {fix}"
+        )
+    if opts.pop("projection", True) is False:
+        raise ValueError(
+            f"zero-shot accuracy needs the joint image-text embedding, but backbone {name!r} has projection: false; "
+            f"use projection: true or {fix}"
+        )
+    weights = opts.get("checkpoint_path") or opts.get("pretrained")
+    create = {k: v for k, v in opts.items() if k not in _SPEC_WEIGHTS}
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(int(seed))  # only a random-weight text tower depends on it
+        return open_clip_zero_shot(
+            name.split(":", 1)[1], list(class_names), pretrained=weights, templates=templates, create_kwargs=create
+        )

@@ -34,7 +34,7 @@ from ..stats.rank_agreement import pearson
 from ..utils.report_writer import Report
 from .config import DivergenceRadiusConfig
 from .depth import DepthHead, DepthHeadConfig, DepthModel, fit_depth_head, frozen_features
-from .downstream import fit_line, fit_linear_probe, open_clip_zero_shot, regression_mse
+from .downstream import fit_line, fit_linear_probe, regression_mse
 from .protocol import DepthTargets, SweepOutput, robustness_sweep
 
 __all__ = [
@@ -473,13 +473,6 @@ def depth_report(
     rows = regression_rows(sweep, sweep.rmse_p, order, RMSE_P.key)
     kind = f"{head.readout} readout"
     return DepthReport(backbone_name, kind, float(sweep.clean_rmse.mean()), sweep, rows, order, cfg)
-
-
-def zero_shot_for(backbone_name: str, class_names: Sequence[str], pretrained: str | None = None, **kw: Any):
-    """Zero-shot head for an ``open_clip:<arch>`` backbone name (see :func:`open_clip_zero_shot`)."""
-    if not backbone_name.startswith("open_clip:"):
-        raise ValueError(f"zero-shot classification needs an open_clip backbone, got {backbone_name!r}")
-    return open_clip_zero_shot(backbone_name.split(":", 1)[1], class_names, pretrained=pretrained, **kw)
 
 
 def report_summary(rep: _DownstreamReport) -> dict[str, Any]:

@@ -27,7 +27,8 @@ from torch import Tensor, nn
 from torchmetrics import MeanMetric
 
 from ..backbones import Backbone, check_images
-from ..divergence_radius.downstream import ZeroShotClassifier, open_clip_zero_shot, prompt_class_names
+from ..divergence_radius.downstream import ZeroShotClassifier, prompt_class_names
+from ..divergence_radius.downstream import zero_shot_head as core_zero_shot_head
 from ..perturbations import perturb, sample_parameters
 from ..perturbations.registry import check_perturbation_names
 from ..utils.checkpoint import register_module
@@ -90,9 +91,6 @@ def _mean_cos(a: Tensor, b: Tensor) -> Tensor:
     return F.cosine_similarity(a.float(), b.float(), dim=1, eps=1e-12)
 
 
-_SPEC_WEIGHTS = ("pretrained", "checkpoint_path")  # create_open_clip's weight options; projection is the tower's
-
-
 def _spec_parts(spec: Any) -> tuple[str, dict[str, Any]]:
     """(name, options) of a backbone spec as stored in hparams (a name or ``{name: ..., **opts}``)."""
     if isinstance(spec, str):
@@ -106,27 +104,9 @@ def _is_open_clip(spec: Any) -> bool:
 
 
 def zero_shot_head(spec: Any, class_names: Sequence[str], *, seed: int = 0) -> ZeroShotClassifier:
-    """The CLIP zero-shot head of an ``open_clip:<arch>`` backbone spec: the text tower of the same weights
-    (``pretrained`` tag or file, or ``checkpoint_path``) embeds ``"a photo of a {c}."`` for each class name
-    (:func:`~src.divergence_radius.downstream.open_clip_zero_shot`). Random-weight specs (``pretrained: null``) get a
-    random text tower drawn from ``seed`` (the image tower's own was not kept: a control, not a CLIP number). A
-    ValueError for a non-open_clip spec or a pre-projection embedding (``projection: false``: not the joint space)."""
-    name, opts = _spec_parts(spec)
-    if not name.startswith("open_clip:"):
-        raise ValueError(
-            f"zero-shot accuracy needs an open_clip backbone (its text tower), got backbone {name!r}; "
-            "set model.zero_shot_eval=false"
-        )
-    if opts.pop("projection", True) is False:
-        raise ValueError(
-            f"zero-shot accuracy needs the joint image-text embedding, but backbone {name!r} has projection: false; "
-            "use projection: true or set model.zero_shot_eval=false"
-        )
-    weights = opts.pop("checkpoint_path", None) or opts.pop("pretrained", None)
-    opts = {k: v for k, v in opts.items() if k not in _SPEC_WEIGHTS}
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(int(seed))  # only a random-weight text tower depends on it
-        return open_clip_zero_shot(name.split(":", 1)[1], list(class_names), pretrained=weights, create_kwargs=opts)
+    """The CLIP zero-shot head of the module's ``open_clip:<arch>`` backbone spec, "a photo of a {c}." per class
+    (:func:`src.divergence_radius.downstream.zero_shot_head`; its errors name ``model.zero_shot_eval=false``)."""
+    return core_zero_shot_head(spec, class_names, seed=seed, fix="set model.zero_shot_eval=false")
 
 
 def zero_shot_class_names(

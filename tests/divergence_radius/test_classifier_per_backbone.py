@@ -14,6 +14,7 @@ from hydra import compose, initialize_config_dir
 from src.backbones.spec import build_backbone
 from src.divergence_radius import compare_backbones
 from src.divergence_radius.compare import backbone_classifiers, check_comparison
+from src.divergence_radius.downstream import DEFAULT_TEMPLATES as DEFAULT
 from src.divergence_radius.downstream import DIGIT_NAMES, open_clip_zero_shot, prompt_class_names
 from src.divergence_radius.report import digits_split, robustness_report
 
@@ -197,3 +198,26 @@ def test_a_timm_vit_built_for_another_resolution_reports_that_size() -> None:
         (28, 28),
         (518, 518),
     ]
+
+
+def test_the_zero_shot_head_loads_the_text_tower_of_the_specs_own_weights(tiny_clip, tmp_path) -> None:
+    """A spec with checkpoint_path (or a built Backbone carrying that spec) gets the text tower of that file — before,
+    the comparison read only ``pretrained`` and drew a random text tower for it, silently."""
+    import open_clip
+
+    from src.divergence_radius.downstream import zero_shot_head, zero_shot_weights
+
+    torch.manual_seed(3)
+    clip = open_clip.create_model(tiny_clip).eval()
+    path = tmp_path / "clip.pt"
+    torch.save(clip.state_dict(), path)
+    spec = {"name": f"open_clip:{tiny_clip}", "checkpoint_path": str(path)}
+    ref = zero_shot_weights(clip.encode_text, open_clip.get_tokenizer(tiny_clip), ["cat", "dog"], DEFAULT)
+    for given in (spec, build_backbone(spec)):
+        head = zero_shot_head(given, ["cat", "dog"], seed=99)  # the seed only draws a random tower: unused here
+        # the same weights through the same float32 text forward: equal up to float32 round-off
+        torch.testing.assert_close(head.text_weights, ref)
+    bare = build_backbone(spec)
+    del bare.spec
+    with pytest.raises(ValueError, match=r"carries no spec; pass it as \{name: ..., pretrained: ...\}"):
+        zero_shot_head(bare, ["cat"])
