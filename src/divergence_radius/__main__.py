@@ -126,11 +126,18 @@ def run(cfg: DictConfig) -> Path:
     (:func:`~src.divergence_radius.compare.native_groups`), the data made at each group's size (the same seeded draw),
     the reports merged into one."""
     from ..utils.run_dir import OUTPUT_DIR_FIX, check_writable_dir
-    from .compare import NATIVE, check_comparison, compare_backbones, merge_reports, native_groups
+    from .compare import (
+        NATIVE,
+        check_arguments,
+        check_comparison,
+        compare_backbones,
+        group_arguments,
+        merge_reports,
+        native_groups,
+    )
 
     args = comparison_arguments(cfg)
-    checked = lambda a: {k: v for k, v in a.items() if k not in ("templates", "probe_C", "depth", "extractor")}  # noqa: E731
-    cheap = checked(args)
+    cheap = check_arguments(args)
     data = not uses_bundled_digits(cfg)
     if data:  # backbones, sweep, classifier, sizes first; the data's class names and sizes below
         cheap.update(class_names=None, image_size=None if cfg.image_size == NATIVE else cheap["image_size"])
@@ -147,15 +154,10 @@ def run(cfg: DictConfig) -> Path:
     else:
         parts = []
         for side, idx in groups:
-            sub = dict(args)
-            if side is not None:
-                c = args["classifier"]
-                sub.update(
-                    backbones=[plan.specs[i] for i in idx], classifier=c if isinstance(c, str) else [c[i] for i in idx]
-                )
+            sub = group_arguments(args, idx, side)
             heads = [plan.classifiers[i] for i in idx] if plan.classifiers else None
             sub.update(data_arguments(cfg, args["config"].seed, heads, side))  # reads the data: missing files fail here
-            check_comparison(**checked(sub))
+            check_comparison(**check_arguments(sub))
             parts.append((idx, compare_backbones(**sub, **run_options)))
         report = merge_reports(plan.labels, parts) if len(parts) > 1 else parts[0][1]
     report.write(out)

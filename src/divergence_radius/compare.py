@@ -66,7 +66,9 @@ __all__ = [
     "CLASSIFIERS",
     "NATIVE",
     "backbone_classifiers",
+    "check_arguments",
     "check_sizes_fit",
+    "group_arguments",
     "merge_reports",
     "native_groups",
     "DIGIT_NAMES",
@@ -391,6 +393,21 @@ def _check_labelled(x: Tensor, y: Tensor | None, name: str, label_name: str, *, 
         raise ValueError(f"{label_name} must be class indices >= 0, got {int(y.min())}")
 
 
+def group_arguments(kwargs: Mapping[str, Any], indices: Sequence[int], side: int | None) -> dict[str, Any]:
+    """The :func:`compare_backbones` arguments ``kwargs`` restricted to the backbones at ``indices`` (a per-backbone
+    ``classifier`` list restricted alike), at image side ``side`` (None: ``kwargs``' own): one group of
+    :func:`native_groups`."""
+    specs, c = backbone_list(kwargs["backbones"]), kwargs["classifier"]
+    sub = {**kwargs, "backbones": [specs[i] for i in indices]}
+    sub["classifier"] = c if isinstance(c, str) else [c[i] for i in indices]
+    return sub if side is None else {**sub, "image_size": side}
+
+
+def check_arguments(kwargs: Mapping[str, Any]) -> dict[str, Any]:
+    """The entries of ``kwargs`` (arguments of :func:`compare_backbones`) that :func:`check_comparison` takes."""
+    return {k: kwargs[k] for k in inspect.signature(check_comparison).parameters if k in kwargs}
+
+
 def _compare_native(kwargs: dict[str, Any]) -> Report:
     """compare_backbones(image_size="native") on the default data: each group of backbones of one native side
     (:func:`native_groups`) compared at that side, every group's settings checked first, the reports merged."""
@@ -399,19 +416,10 @@ def _compare_native(kwargs: dict[str, Any]) -> Report:
             "image_size='native' makes the default data at each backbone's size; with images= leave it None"
         )
     specs = backbone_list(kwargs["backbones"])
-    labels = backbone_labels(specs)
-    heads = kwargs["classifier"] if isinstance(kwargs["classifier"], str) else list(kwargs["classifier"])
-    groups = native_groups(specs)
-
-    def sub(indices: list[int], side: int) -> dict[str, Any]:
-        per = heads if isinstance(heads, str) else [heads[i] for i in indices]
-        return {**kwargs, "backbones": [specs[i] for i in indices], "classifier": per, "image_size": side}
-
-    checked = [k for k in inspect.signature(check_comparison).parameters if k != "config"]
-    for side, indices in groups:  # every group's settings before any work
-        args = sub(indices, side)
-        check_comparison(args["backbones"], args["config"], **{k: args[k] for k in checked[1:]})
-    return merge_reports(labels, [(indices, compare_backbones(**sub(indices, side))) for side, indices in groups])
+    groups = [(indices, group_arguments(kwargs, indices, side)) for side, indices in native_groups(specs)]
+    for _, args in groups:  # every group's settings before any work
+        check_comparison(**check_arguments(args))
+    return merge_reports(backbone_labels(specs), [(indices, compare_backbones(**args)) for indices, args in groups])
 
 
 def compare_backbones(

@@ -281,7 +281,9 @@ def zero_shot_head(
     ``seed`` (a control, not a CLIP number). A ValueError, ending with ``fix``, for a non-open_clip spec, a
     pre-projection embedding (``projection: false``: not the joint space) or a Backbone without the spec it was built
     from (its text tower's weights would be unknown)."""
-    if hasattr(spec, "embed") and not isinstance(spec, (str, Mapping)):  # a built Backbone: the spec that built it
+    from ..backbones.base import Backbone
+
+    if isinstance(spec, Backbone):  # a built Backbone: the spec that built it
         built = getattr(spec, "spec", None)
         if built is None:
             raise ValueError(
